@@ -1,0 +1,89 @@
+"""Domain errors. Each maps to one HTTP status and the JSON error of DESIGN section 4.
+
+Adapters translate storage failures (for example DynamoDB's ConditionalCheckFailed) into
+these, so services and handlers never see a botocore exception.
+"""
+
+from __future__ import annotations
+
+
+class StewardError(Exception):
+    """Base class: `status` and `code` form the JSON error `{"error": {"code", "message"}}`."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, *, field: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.line = line
+
+    def to_body(self) -> dict[str, object]:
+        error: dict[str, object] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        if self.line is not None:
+            error["line"] = self.line
+        return {"error": error}
+
+
+class BadRequest(StewardError):
+    status = 400
+    code = "bad_request"
+
+
+class Unauthorized(StewardError):
+    status = 401
+    code = "unauthorized"
+
+
+class BudgetExhausted(StewardError):
+    status = 402
+    code = "budget_exhausted"
+
+
+class Forbidden(StewardError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(StewardError):
+    status = 404
+    code = "not_found"
+
+
+class LifecycleError(StewardError):
+    """A transition the lifecycle of DESIGN section 3 does not allow."""
+
+    status = 409
+    code = "lifecycle"
+
+
+class Conflict(StewardError):
+    """A concurrent writer won; the caller may retry with fresh state."""
+
+    status = 409
+    code = "conflict"
+
+
+class TooLarge(StewardError):
+    status = 413
+    code = "too_large"
+
+
+class InvalidDocument(StewardError):
+    """A Task Document that cannot be accepted; names the field and the line."""
+
+    status = 422
+    code = "invalid_document"
+
+
+class RetryLater(StewardError):
+    status = 429
+    code = "retry_later"
+
+
+class ProviderError(StewardError):
+    status = 502
+    code = "provider_error"
