@@ -1,0 +1,5 @@
+"""API Lambda: the client HTTP API behind API Gateway's JWT authorizer (DESIGN section 4)."""
+
+from steward.api.handler import lambda_handler
+
+__all__ = ["lambda_handler"]

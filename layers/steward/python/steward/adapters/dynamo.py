@@ -1,0 +1,121 @@
+"""DynamoDB plumbing shared by the stores: table handles, error mapping, cursors.
+
+Only adapters import boto3. Stores speak the high-level resource API, whose client also
+serializes TransactWriteItems arguments.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from steward.domain.errors import BadRequest
+from steward.tables import ALL_TABLES, TableSpec
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient, DynamoDBServiceResource
+    from mypy_boto3_dynamodb.service_resource import Table
+
+_deserializer = TypeDeserializer()
+
+# Standard retry mode retries throttles and transient faults with backoff; every store write
+# is conditional, so a retried write that had in fact succeeded fails its condition instead
+# of applying twice, and the stores treat that as the no-op it is.
+BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=10)
+
+
+class Tables:
+    """Handles to the Steward tables under one name prefix."""
+
+    def __init__(self, resource: DynamoDBServiceResource, prefix: str) -> None:
+        self.resource = resource
+        self.prefix = prefix
+        self.client: DynamoDBClient = resource.meta.client
+
+    @classmethod
+    def connect(cls, prefix: str, **client_kwargs: Any) -> Tables:
+        resource = boto3.resource("dynamodb", config=BOTO_CONFIG, **client_kwargs)
+        return cls(resource, prefix)
+
+    def table(self, spec: TableSpec) -> Table:
+        return self.resource.Table(spec.physical_name(self.prefix))
+
+    def name(self, spec: TableSpec) -> str:
+        return spec.physical_name(self.prefix)
+
+    def create_all(self, specs: tuple[TableSpec, ...] = ALL_TABLES) -> None:
+        """Create missing tables (local stack and tests; the CDK app creates them in AWS)."""
+        existing = set(self.client.list_tables()["TableNames"])
+        for spec in specs:
+            if spec.physical_name(self.prefix) in existing:
+                continue
+            self.client.create_table(**spec.create_table_kwargs(self.prefix))
+            if spec.ttl_attribute:
+                self.client.update_time_to_live(
+                    TableName=spec.physical_name(self.prefix),
+                    TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+                )
+
+
+def error_code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def is_conditional_failure(error: ClientError) -> bool:
+    return error_code(error) == "ConditionalCheckFailedException"
+
+
+def old_item(error: ClientError) -> dict[str, Any] | None:
+    """The item a failed condition saw (ReturnValuesOnConditionCheckFailure=ALL_OLD)."""
+    raw: Any = error.response.get("Item")
+    return deserialize(raw) if raw else None
+
+
+def cancellation_reasons(error: ClientError) -> list[dict[str, Any]]:
+    reasons = error.response.get("CancellationReasons") or []
+    return [dict(r) for r in reasons]
+
+
+def deserialize(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deserializer.deserialize(v) for k, v in raw.items()}
+
+
+def plain(value: Any) -> Any:
+    """DynamoDB numbers come back as Decimal; integral ones become int."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else value
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def encode_cursor(last_key: Mapping[str, Any] | None) -> str | None:
+    if not last_key:
+        return None
+    payload = json.dumps(plain(dict(last_key)), separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None, *, must_match: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Decode a list cursor; it must belong to the caller's own partition (no id leaks)."""
+    if not cursor:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        key = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("cursor is not one this API returned", field="cursor") from exc
+    if not isinstance(key, dict) or any(key.get(k) != v for k, v in must_match.items()):
+        raise BadRequest("cursor is not one this API returned", field="cursor")
+    return key

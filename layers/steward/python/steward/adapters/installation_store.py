@@ -1,0 +1,74 @@
+"""Installations table adapter."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
+
+from steward.adapters.dynamo import Tables, is_conditional_failure, old_item, plain
+from steward.domain.errors import Conflict
+from steward.domain.installations import Installation
+from steward.domain.models import iso
+from steward.tables import INSTALLATIONS
+
+
+def _to_installation(item: dict[str, Any]) -> Installation:
+    data = plain(item)
+    return Installation(**{k: data[k] for k in Installation.model_fields if k in data})
+
+
+class InstallationStore:
+    def __init__(self, tables: Tables) -> None:
+        self._table = tables.table(INSTALLATIONS)
+
+    def get(self, installation_id: int) -> Installation | None:
+        found = self._table.get_item(Key={"installation_id": installation_id}, ConsistentRead=True)
+        return _to_installation(found["Item"]) if "Item" in found else None
+
+    def for_owner(self, owner_sub: str) -> list[Installation]:
+        page = self._table.query(IndexName="by_owner", KeyConditionExpression=Key("owner_sub").eq(owner_sub))
+        return [_to_installation(i) for i in page["Items"]]
+
+    def link(
+        self, installation_id: int, owner_sub: str, *, now: datetime, force: bool = False
+    ) -> Installation:
+        """Make `owner_sub` the owner. Refuses to take an installation another user owns
+        unless `force` (an operator's explicit decision)."""
+        condition: dict[str, Any] = (
+            {} if force else {"ConditionExpression": "attribute_not_exists(owner_sub) OR owner_sub = :sub"}
+        )
+        try:
+            result = self._table.update_item(
+                Key={"installation_id": installation_id},
+                UpdateExpression="SET owner_sub = :sub, linked_at = :now",
+                ExpressionAttributeValues={":sub": owner_sub, ":now": iso(now)},
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **condition,
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                owner = (old_item(exc) or {}).get("owner_sub")
+                raise Conflict(
+                    f"installation {installation_id} is linked to another user ({owner}); "
+                    "pass --force to move it",
+                    field="installation_id",
+                ) from exc
+            raise
+        return _to_installation(result["Attributes"])
+
+    def put(self, installation: Installation, *, now: datetime) -> None:
+        """Record what GitHub says about an installation, keeping its owner link."""
+        self._table.update_item(
+            Key={"installation_id": installation.installation_id},
+            UpdateExpression="SET account = :a, repositories = :r, suspended = :s, updated_at = :now",
+            ExpressionAttributeValues={
+                ":a": installation.account,
+                ":r": list(installation.repositories),
+                ":s": installation.suspended,
+                ":now": iso(now),
+            },
+        )

@@ -1,0 +1,192 @@
+"""Plans table adapter: one item per plan, every write conditional.
+
+Publish writes the whole plan with a condition on the `version` it read (optimistic
+concurrency: two requests). Status transitions are single `UpdateItem`s whose conditions
+encode the lifecycle, so concurrent confirms record one transition and the rest see it done.
+Every write bumps `version`, so a publish that read stale state fails its condition and
+merges again instead of overwriting a task link written in between.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from steward.adapters.dynamo import (
+    Tables,
+    decode_cursor,
+    encode_cursor,
+    is_conditional_failure,
+    old_item,
+    plain,
+)
+from steward.domain import lifecycle
+from steward.domain.errors import Conflict, NotFound
+from steward.domain.models import Plan, PlanItem, PlanStatus, iso
+from steward.tables import PLANS
+
+
+def plan_to_item(plan: Plan) -> dict[str, Any]:
+    data = plan.model_dump(mode="json", exclude={"items", "id"})
+    data["plan_id"] = plan.id
+    # Absent rather than NULL, so conditions can say attribute_not_exists(items.k.task_id).
+    data["items"] = {i.key: i.model_dump(mode="json", exclude={"key"}, exclude_none=True) for i in plan.items}
+    data["created_at"] = iso(plan.created_at)
+    data["updated_at"] = iso(plan.updated_at)
+    return data
+
+
+def item_to_plan(item: dict[str, Any]) -> Plan:
+    data = plain(item)
+    items = [PlanItem(key=key, **fields) for key, fields in data.pop("items", {}).items()]
+    items.sort(key=lambda i: (i.removed, i.ordinal))
+    return Plan(id=data.pop("plan_id"), items=tuple(items), **data)
+
+
+class PlanStore:
+    def __init__(self, tables: Tables) -> None:
+        self._table = tables.table(PLANS)
+
+    def get(self, user: str, slug: str) -> Plan | None:
+        found = self._table.get_item(Key={"user": user, "slug": slug}, ConsistentRead=True)
+        return item_to_plan(found["Item"]) if "Item" in found else None
+
+    def require(self, user: str, slug: str) -> Plan:
+        plan = self.get(user, slug)
+        if plan is None:
+            raise NotFound(f"no plan {slug!r}", field="slug")
+        return plan
+
+    def list(self, user: str, *, limit: int, cursor: str | None) -> tuple[list[Plan], str | None]:
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "#u = :u",
+            "ExpressionAttributeNames": {"#u": "user"},
+            "ExpressionAttributeValues": {":u": user},
+            "Limit": limit,
+        }
+        start = decode_cursor(cursor, must_match={"user": user})
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        page = self._table.query(**kwargs)
+        return [item_to_plan(i) for i in page["Items"]], encode_cursor(page.get("LastEvaluatedKey"))
+
+    def save(self, plan: Plan, *, expected_version: int | None) -> Plan:
+        """Write a whole plan. `expected_version` None means it must not exist yet."""
+        stored = plan.model_copy(update={"version": (expected_version or 0) + 1})
+        if expected_version is None:
+            condition: dict[str, Any] = {
+                "ConditionExpression": "attribute_not_exists(#u)",
+                "ExpressionAttributeNames": {"#u": "user"},
+            }
+        else:
+            condition = {
+                "ConditionExpression": "#v = :v",
+                "ExpressionAttributeNames": {"#v": "version"},
+                "ExpressionAttributeValues": {":v": expected_version},
+            }
+        try:
+            self._table.put_item(Item=plan_to_item(stored), **condition)
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                raise Conflict("the plan changed while it was being published; retry") from exc
+            raise
+        return stored
+
+    def _transition(
+        self,
+        user: str,
+        slug: str,
+        *,
+        allowed_from: frozenset[PlanStatus],
+        target: PlanStatus,
+        rule: Any,
+        now: datetime,
+        extra_set: str = "",
+        extra_add: str = "",
+        extra_condition: str = "",
+        extra_values: dict[str, Any] | None = None,
+        noop: Any = None,
+    ) -> Plan:
+        """One conditional UpdateItem. On a failed condition the old item (returned with the
+        failure, no extra read) decides: already there is success, anything else is the
+        lifecycle error `rule` raises, or NotFound."""
+        names = {"#s": "status", "#v": "version", "#u": "user"}
+        values: dict[str, Any] = {
+            ":target": target.value,
+            ":now": iso(now),
+            ":one": 1,
+            **{f":from{i}": s.value for i, s in enumerate(sorted(allowed_from))},
+            **(extra_values or {}),
+        }
+        from_list = ", ".join(f":from{i}" for i in range(len(allowed_from)))
+        condition = f"attribute_exists(#u) AND #s IN ({from_list})" + extra_condition
+        try:
+            result = self._table.update_item(
+                Key={"user": user, "slug": slug},
+                UpdateExpression=f"SET #s = :target, updated_at = :now{extra_set} ADD #v :one{extra_add}",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            current = old_item(exc)
+            if current is None:
+                raise NotFound(f"no plan {slug!r}", field="slug") from exc
+            plan = item_to_plan(current)
+            rule(plan.status)  # raises the lifecycle error when the transition is not allowed
+            if noop is not None:
+                noop(plan)
+            return plan
+        return item_to_plan(result["Attributes"])
+
+    def confirm(self, user: str, slug: str, *, content_hash: str | None, now: datetime) -> Plan:
+        """Approve the plan's current content (or exactly `content_hash`, if the caller says
+        what it reviewed). Confirming a confirmed plan is a success that changes nothing."""
+        extra_condition = " AND content_hash = :seen" if content_hash else ""
+
+        def already(plan: Plan) -> None:
+            if content_hash and plan.content_hash != content_hash:
+                raise Conflict(
+                    "the plan changed since you reviewed it; review it again", field="content_hash"
+                )
+
+        return self._transition(
+            user,
+            slug,
+            allowed_from=lifecycle.CONFIRMABLE,
+            target=PlanStatus.CONFIRMED,
+            rule=lifecycle.confirm,
+            now=now,
+            extra_set=", approved_hash = content_hash, confirmed_at = :now",
+            extra_add=", confirmations :one",
+            extra_condition=extra_condition,
+            extra_values={":seen": content_hash} if content_hash else None,
+            noop=already,
+        )
+
+    def submit(self, user: str, slug: str, *, now: datetime) -> Plan:
+        return self._transition(
+            user,
+            slug,
+            allowed_from=frozenset({PlanStatus.DRAFT}),
+            target=PlanStatus.AWAITING_CONFIRMATION,
+            rule=lifecycle.submit,
+            now=now,
+        )
+
+    def archive(self, user: str, slug: str, *, now: datetime) -> Plan:
+        return self._transition(
+            user,
+            slug,
+            allowed_from=lifecycle.ARCHIVABLE,
+            target=PlanStatus.ARCHIVED,
+            rule=lifecycle.archive,
+            now=now,
+            extra_set=", archived_at = :now",
+        )

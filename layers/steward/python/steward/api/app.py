@@ -1,0 +1,154 @@
+"""Routes of the client API. Handlers stay thin: identify the caller, validate, call a
+service, shape the answer. Every read and write is scoped to the JWT `sub`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from pydantic import ValidationError
+
+from steward.api.requests import (
+    ConfirmBody,
+    EventsQuery,
+    ListQuery,
+    PublishBody,
+    TaskListQuery,
+    field_error,
+    parse_body,
+    parse_query,
+)
+from steward.domain.errors import StewardError, Unauthorized
+from steward.domain.loop import LoopSettingsUpdate
+from steward.domain.models import utcnow
+from steward.services.container import Services
+
+logger = Logger(service="steward-api")
+
+
+def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[str]:
+    return Response(
+        status_code=status,
+        content_type="application/json",
+        body=json.dumps(body, ensure_ascii=False),
+        headers=headers,
+    )
+
+
+def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
+    """`services` is called per request (cached by the caller) so importing the app does not
+    connect to AWS."""
+    app = APIGatewayHttpResolver()
+
+    def caller() -> str:
+        claims = app.current_event.request_context.authorizer.jwt_claim or {}
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub:
+            raise Unauthorized("the request carries no authenticated user")
+        return sub
+
+    def query(model: Any) -> Any:
+        return parse_query(app.current_event.query_string_parameters, model)
+
+    @app.exception_handler(StewardError)
+    def _domain_error(exc: StewardError) -> Response[str]:
+        if exc.status >= 500:
+            logger.exception("internal error")
+        return _json(exc.status, exc.to_body())
+
+    @app.exception_handler(ValidationError)
+    def _validation_error(exc: ValidationError) -> Response[str]:
+        error = field_error(exc)
+        return _json(error.status, error.to_body())
+
+    @app.not_found
+    def _not_found(_: NotFoundError) -> Response[str]:
+        path = app.current_event.path
+        return _json(404, {"error": {"code": "not_found", "message": f"no route {path}"}})
+
+    @app.exception_handler(Exception)
+    def _unexpected(_: Exception) -> Response[str]:
+        logger.exception("unhandled error")
+        return _json(500, {"error": {"code": "internal", "message": "internal error"}})
+
+    # ---- plans
+    @app.put("/v1/plans/<slug>")
+    def publish(slug: str) -> Response[str]:
+        body = parse_body(app.current_event.body, PublishBody)
+        plan = services().plans.publish(caller(), slug, body.markdown)
+        return _json(200, plan.to_api())
+
+    @app.post("/v1/plans/<slug>/submit")
+    def submit(slug: str) -> Response[str]:
+        return _json(200, services().plans.submit(caller(), slug).to_api())
+
+    @app.post("/v1/plans/<slug>/confirm")
+    def confirm(slug: str) -> Response[str]:
+        body = parse_body(app.current_event.body, ConfirmBody, optional=True)
+        return _json(200, services().plans.confirm(caller(), slug, body.content_hash).to_api())
+
+    @app.post("/v1/plans/<slug>/archive")
+    def archive(slug: str) -> Response[str]:
+        return _json(200, services().plans.archive(caller(), slug).to_api())
+
+    @app.get("/v1/plans")
+    def list_plans() -> Response[str]:
+        q = query(ListQuery)
+        plans, next_cursor = services().plans.list(caller(), limit=q.limit, cursor=q.cursor)
+        return _json(200, {"plans": [p.to_api() for p in plans], "next": next_cursor})
+
+    @app.get("/v1/plans/<slug>")
+    def get_plan(slug: str) -> Response[str]:
+        return _json(200, services().plans.get(caller(), slug).to_api())
+
+    # ---- tasks
+    @app.get("/v1/tasks")
+    def list_tasks() -> Response[str]:
+        q = query(TaskListQuery)
+        tasks, next_cursor = services().tasks.list(caller(), plan_slug=q.plan, limit=q.limit, cursor=q.cursor)
+        return _json(200, {"tasks": [t.to_api() for t in tasks], "next": next_cursor})
+
+    @app.get("/v1/tasks/<task_id>")
+    def get_task(task_id: str) -> Response[str]:
+        return _json(200, services().tasks.get(caller(), task_id).to_api())
+
+    @app.get("/v1/tasks/<task_id>/events")
+    def task_events(task_id: str) -> Response[str]:
+        q = query(EventsQuery)
+        return _json(200, services().tasks.events_after(caller(), task_id, after=q.after, limit=q.limit))
+
+    @app.get("/v1/tasks/<task_id>/screen")
+    def task_screen(task_id: str) -> Response[str]:
+        return _json(200, services().tasks.screen(caller(), task_id))
+
+    @app.get("/v1/tasks/<task_id>/artifacts/<name>")
+    def task_artifact(task_id: str, name: str) -> Response[str]:
+        url = services().tasks.artifact_url(caller(), task_id, name)
+        return _json(302, {"url": url}, headers={"Location": url})
+
+    @app.post("/v1/tasks/<task_id>/retry")
+    def retry_task(task_id: str) -> Response[str]:
+        task = services().tasks.retry(caller(), task_id)
+        return _json(202, {"task": task.to_api(), "retry": "requested"})
+
+    @app.post("/v1/tasks/<task_id>/cancel")
+    def cancel_task(task_id: str) -> Response[str]:
+        return _json(200, services().tasks.cancel(caller(), task_id).to_api())
+
+    # ---- loop settings
+    @app.get("/v1/loop")
+    def get_loop() -> Response[str]:
+        return _json(200, services().users.loop_settings(caller()).model_dump(mode="json"))
+
+    @app.put("/v1/loop")
+    def put_loop() -> Response[str]:
+        raw = parse_body(app.current_event.body, LoopSettingsUpdate)
+        clear = "quiet_hours" in raw.model_fields_set and raw.quiet_hours is None
+        settings = services().users.update_loop_settings(caller(), raw, now=utcnow(), clear_quiet_hours=clear)
+        return _json(200, settings.model_dump(mode="json"))
+
+    return app

@@ -1,0 +1,80 @@
+"""Request bodies and query strings, validated by pydantic at the boundary."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from steward.domain.documents import MAX_DOCUMENT_BYTES
+from steward.domain.errors import BadRequest, TooLarge
+
+# JSON escaping can at most double a document's size (quotes, backslashes, control chars
+# are rarer still); anything bigger cannot hold a valid document.
+MAX_BODY_BYTES = 2 * MAX_DOCUMENT_BYTES + 4096
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class PublishBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    markdown: str
+
+
+class ConfirmBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # What the person reviewed; when given, confirm fails (409) if the plan changed since.
+    content_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+
+class ListQuery(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    limit: int = Field(default=50, ge=1, le=100)
+    cursor: str | None = Field(default=None, max_length=2048)
+
+
+class TaskListQuery(ListQuery):
+    plan: str | None = None
+
+
+class EventsQuery(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    after: int = Field(default=0, ge=0)
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+def field_error(exc: ValidationError, prefix: str = "") -> BadRequest:
+    """The first validation error as a 400 that names the field."""
+    first = exc.errors()[0]
+    location = ".".join(str(part) for part in first["loc"]) or "body"
+    field = f"{prefix}{location}" if prefix else location
+    return BadRequest(f"{field}: {first['msg']}", field=field)
+
+
+def parse_body(raw: str | None, model: type[M], *, optional: bool = False) -> M:
+    if raw is None or raw.strip() == "":
+        if optional:
+            return model()
+        raise BadRequest("request body is required (JSON object)", field="body")
+    if len(raw.encode("utf-8")) > MAX_BODY_BYTES:
+        raise TooLarge(f"request body is over {MAX_BODY_BYTES} bytes", field="body")
+    try:
+        data: Any = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc.msg}", field="body") from exc
+    except ValueError as exc:  # e.g. an integer too long to convert
+        raise BadRequest(f"request body is not valid JSON: {exc}", field="body") from exc
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object", field="body")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise field_error(exc) from exc
+
+
+def parse_query(params: dict[str, str] | None, model: type[M]) -> M:
+    try:
+        return model.model_validate(params or {})
+    except ValidationError as exc:
+        raise field_error(exc) from exc

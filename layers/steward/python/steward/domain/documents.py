@@ -1,0 +1,423 @@
+"""Task Documents (DESIGN sections 3 and 4): Markdown plans whose top-level checkboxes are work.
+
+Pure: text in, a validated `TaskDocument` out, or an `InvalidDocument` (422) that names the
+field and the 1-based line, or `TooLarge` (413). Nothing here touches I/O.
+
+Choices beyond DESIGN, written down because hashes and approvals depend on them:
+
+* Lines end only at LF, CRLF or lone CR (never at U+2028, form feed and the like), so line
+  numbers are the ones an editor shows.
+* Item details are line-based, not full CommonMark: indented or blank lines after a checkbox
+  belong to it, and any non-blank line at column 0 ends it, even inside a fence that the
+  details opened (GitHub renders it the same way: the list item, and its code block, end
+  there). A fence opened at column 0 to 3 spaces outside an item is opaque until it closes.
+* Trailing spaces and tabs of detail lines are dropped: editors strip them silently, and a
+  re-save must not turn approved work into new work.
+* Optional front matter keys given as null (`model:`) take their default. The budget is
+  canonicalized (2.50, 2.5 and "2.5" are one value, hence one content hash).
+* YAML merge keys (`<<`) and non-string keys are rejected; so are lone surrogates in the
+  markdown, which no storage layer can encode as UTF-8.
+* Empty level-1 headings (`#`) are skipped when looking for the title.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Context, Decimal, InvalidOperation
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+from steward.domain.errors import InvalidDocument, TooLarge
+
+MAX_DOCUMENT_BYTES = 256 * 1024  # UTF-8 bytes
+MAX_ITEMS = 100
+MAX_FRONT_MATTER_BYTES = 16 * 1024  # bounds the YAML work, anchors and aliases included
+MAX_COMMANDS = 20
+MAX_COMMAND_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class DocumentPolicy:
+    """Deployment limits and defaults; the document can narrow them, never widen them."""
+
+    max_budget_usd: Decimal = Decimal("10.00")
+    default_budget_usd: Decimal = Decimal("2.00")
+    default_model: str = "scripted"
+    max_bytes: int = MAX_DOCUMENT_BYTES
+    max_items: int = MAX_ITEMS
+
+
+_REPO = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
+# git check-ref-format, plus no whitespace and no leading '-' (it would read as an option).
+_BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock(?:/|$)|/\.")
+
+
+def _shown(value: object) -> str:
+    """A short, safe rendering of a rejected value for an error message."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 60 else value[:57] + "...")
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float | Decimal):
+        return str(value)[:60]
+    if value is None:
+        return "nothing"
+    return "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else "a value"
+
+
+def _commands(key: str, value: object, *, required: bool) -> tuple[str, ...]:
+    """Commands run verbatim by the runner, so each must be one unambiguous line."""
+    if not isinstance(value, list):
+        raise ValueError(f"{key} must be a list of commands, got {_shown(value)}")
+    if required and not value:
+        raise ValueError(f"{key} needs at least one command")
+    if len(value) > MAX_COMMANDS:
+        raise ValueError(f"{key} has {len(value)} commands, at most {MAX_COMMANDS} are allowed")
+    for number, command in enumerate(value, start=1):
+        where = f"{key} command {number}"
+        if not isinstance(command, str):
+            raise ValueError(f"{where} must be a string, got {_shown(command)}")
+        if not command.strip():
+            raise ValueError(f"{where} is empty")
+        if len(command) > MAX_COMMAND_CHARS:
+            raise ValueError(f"{where} is longer than {MAX_COMMAND_CHARS} characters")
+        if any(ch in command for ch in "\n\r\x85\u2028\u2029"):
+            raise ValueError(f"{where} must be a single line")
+        if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in command):
+            raise ValueError(f"{where} contains a control character")
+    return tuple(value)
+
+
+def _canonical(amount: Decimal) -> Decimal:
+    """One spelling per value (2.50 -> 2.5, 2.0 -> 2), computed exactly (no context rounding)."""
+    if amount == amount.to_integral_value():
+        return amount.quantize(Decimal(1))
+    return amount.normalize(Context(prec=len(amount.as_tuple().digits)))
+
+
+class FrontMatter(BaseModel):
+    """The YAML header: which repository, which model, what it may spend, what must pass."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repo: str
+    base: str | None = None
+    model: str
+    budget_usd: Decimal
+    checks: tuple[str, ...]
+    setup: tuple[str, ...] = ()
+    max_attempts: int = 3
+
+    @field_validator("repo", mode="before")
+    @classmethod
+    def _repo(cls, value: object) -> str:
+        if not isinstance(value, str) or not _REPO.fullmatch(value) or value.split("/")[1] in {".", ".."}:
+            raise ValueError(f"repo must be owner/name, got {_shown(value)}")
+        return value
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _base(cls, value: object) -> str:
+        if (
+            not isinstance(value, str)
+            or not value
+            or len(value) > 255
+            or value == "@"
+            or _BAD_REF.search(value)
+            or any(ch.isspace() for ch in value)
+        ):
+            raise ValueError(f"base must be a branch name, got {_shown(value)}")
+        return value
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value: object) -> str:
+        # Model ids include ARNs (':' and '/'), so only blanks and control characters are refused.
+        if not isinstance(value, str) or not value or len(value) > 200 or not value.isprintable():
+            raise ValueError(f"model must be a model id, got {_shown(value)}")
+        if any(ch.isspace() for ch in value):
+            raise ValueError(f"model must be a model id without spaces, got {_shown(value)}")
+        return value
+
+    @field_validator("budget_usd", mode="before")
+    @classmethod
+    def _budget(cls, value: object, info: ValidationInfo) -> Decimal:
+        context = info.context if isinstance(info.context, dict) else {}
+        policy = context.get("policy", DocumentPolicy())
+        if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+            raise ValueError(f"budget_usd must be a number of US dollars, got {_shown(value)}")
+        try:
+            amount = Decimal(str(value).strip())  # via str(): 2.5 stays 2.5, no float arithmetic
+        except InvalidOperation:
+            raise ValueError(f"budget_usd must be a number of US dollars, got {_shown(value)}") from None
+        if not amount.is_finite() or not Decimal(0) < amount <= policy.max_budget_usd:
+            raise ValueError(
+                f"budget_usd must be more than 0 and at most {policy.max_budget_usd}, got {_shown(value)}"
+            )
+        return _canonical(amount)
+
+    @field_validator("checks", mode="before")
+    @classmethod
+    def _checks(cls, value: object) -> tuple[str, ...]:
+        return _commands("checks", value, required=True)
+
+    @field_validator("setup", mode="before")
+    @classmethod
+    def _setup(cls, value: object) -> tuple[str, ...]:
+        return _commands("setup", value, required=False)
+
+    @field_validator("max_attempts", mode="before")
+    @classmethod
+    def _max_attempts(cls, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
+            raise ValueError(f"max_attempts must be a whole number from 1 to 10, got {_shown(value)}")
+        return value
+
+
+@dataclass(frozen=True)
+class ParsedItem:
+    """One top-level checkbox: a unit of work, later one task and one pull request."""
+
+    ordinal: int
+    line: int
+    checked: bool
+    title: str
+    details: str
+
+    @property
+    def text_hash(self) -> str:
+        """Identity of the work asked for; ticking the box by hand does not make it new work."""
+        return hashlib.sha256(f"{self.title}\n{self.details}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TaskDocument:
+    """A parsed plan; `title` is for display only and is not part of what gets approved."""
+
+    front_matter: FrontMatter
+    title: str | None
+    items: tuple[ParsedItem, ...]
+
+    @property
+    def content_hash(self) -> str:
+        """What a confirmation approves: front matter and items in order, not layout or title."""
+        canonical = {
+            "front_matter": self.front_matter.model_dump(mode="json"),
+            "items": [[item.checked, item.title, item.details] for item in self.items],
+        }
+        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_document(markdown: str, policy: DocumentPolicy = DocumentPolicy()) -> TaskDocument:
+    """Parse and validate a Task Document; every rejection names a field and a line."""
+    if len(markdown.encode("utf-8", "surrogatepass")) > policy.max_bytes:
+        message = f"markdown: the document is larger than the limit of {policy.max_bytes} UTF-8 bytes"
+        raise TooLarge(message, field="markdown")
+    text = markdown.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
+    bad = re.search("[\x00\ud800-\udfff]", text)
+    if bad:
+        line = text.count("\n", 0, bad.start()) + 1
+        what = "a NUL character" if bad.group() == "\x00" else "an unpaired surrogate (invalid Unicode)"
+        raise InvalidDocument(f"markdown: line {line} contains {what}", field="markdown", line=line)
+    lines = text.split("\n")
+    front_matter, body_start = _front_matter(lines, policy)
+    title, items = _body(lines, body_start, policy)
+    return TaskDocument(front_matter=front_matter, title=title, items=items)
+
+
+# --- front matter -------------------------------------------------------------------------
+
+
+def _fm_error(message: str, line: int, key: str | None = None) -> InvalidDocument:
+    field = "front_matter" if key is None else f"front_matter.{key}"
+    return InvalidDocument(f"front matter: {message}", field=field, line=line)
+
+
+def _is_fence(line: str, *markers: str) -> bool:
+    return line.rstrip(" \t") in markers
+
+
+def _front_matter(lines: list[str], policy: DocumentPolicy) -> tuple[FrontMatter, int]:
+    """Validate the YAML between the fences; returns it and the index of the first body line."""
+    if not _is_fence(lines[0], "---"):
+        raise _fm_error("the document must start with a '---' line that opens the YAML front matter", 1)
+    end = next((i for i in range(1, len(lines)) if _is_fence(lines[i], "---", "...")), None)
+    if end is None:
+        raise _fm_error("the '---' on line 1 is never closed by a '---' line", 1)
+    source = "\n".join(lines[1:end])
+    if len(source.encode()) > MAX_FRONT_MATTER_BYTES:
+        raise _fm_error(f"longer than {MAX_FRONT_MATTER_BYTES} bytes", 1)
+    data, key_lines = _load_yaml(source, lambda yaml_line: min(yaml_line + 2, end + 1))
+
+    known = FrontMatter.model_fields
+    values = {key: value for key, value in data.items() if not (key in known and value is None)}
+    values.setdefault("model", policy.default_model)
+    values.setdefault("budget_usd", policy.default_budget_usd)
+    try:
+        return FrontMatter.model_validate(values, context={"policy": policy}), end + 1
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        key = str(first["loc"][0]) if first["loc"] else None
+        line = key_lines.get(key, 1) if key else 1
+        if first["type"] == "extra_forbidden":
+            message = f"unknown key {key!r} (known keys: {', '.join(known)})"
+        elif first["type"] == "missing":
+            message = f"{key} is required"
+        elif first["type"] == "value_error":
+            message = str(first["ctx"]["error"])
+        else:
+            message = f"{key}: {first['msg']}"
+        raise _fm_error(message, line, key) from None
+
+
+def _load_yaml(source: str, doc_line: Callable[[int], int]) -> tuple[dict[str, Any], dict[str, int]]:
+    """safe_load, plus what it hides: duplicate keys and where each key is (for error lines).
+
+    `doc_line` turns a 0-based YAML line into a document line.
+    """
+    node: yaml.Node | None = None
+    try:
+        loader = yaml.SafeLoader(source)
+        node = loader.get_single_node()
+        key_lines = _key_lines(node, doc_line)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        problem = error.problem or error.context or "syntax error"
+        raise _fm_error(f"invalid YAML: {problem}", doc_line(mark.line) if mark else 1) from None
+    except yaml.reader.ReaderError as error:
+        line = doc_line(source.count("\n", 0, error.position))
+        raise _fm_error(f"invalid YAML: character U+{error.character:04X} is not allowed", line) from None
+    except RecursionError:
+        raise _fm_error("invalid YAML: nested too deeply", 1) from None
+    except (yaml.YAMLError, ValueError) as error:  # e.g. a date 2024-13-45, a 5000-digit integer
+        line = doc_line(node.start_mark.line) if node is not None else 1
+        reason = str(error).split(":")[0][:120]
+        raise _fm_error(f"invalid YAML value ({reason})", line) from None
+    if not isinstance(data, dict):
+        line = doc_line(node.start_mark.line) if node is not None else 1
+        raise _fm_error(f"must be a mapping of keys such as repo and checks, got {_shown(data)}", line)
+    return data, key_lines
+
+
+def _key_lines(node: yaml.Node | None, doc_line: Callable[[int], int]) -> dict[str, int]:
+    """Document line of each top-level key; rejects duplicates and keys that are not plain names."""
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    lines: dict[str, int] = {}
+    for key_node, _ in node.value:
+        line = doc_line(key_node.start_mark.line)
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+            shown = _shown(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "a collection"
+            raise _fm_error(f"keys must be plain names, got {shown}", line)
+        if key_node.value in lines:
+            message = f"duplicate key {key_node.value!r} (first on line {lines[key_node.value]})"
+            raise _fm_error(message, line, key_node.value)
+        lines[key_node.value] = line
+    return lines
+
+
+# --- body ---------------------------------------------------------------------------------
+
+_CHECKBOX = re.compile(r"[-*+] \[(?P<mark>[ xX])\](?:[ \t](?P<text>.*))?")
+_FENCE_OPEN = re.compile(r" {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)")
+_FENCE_CLOSE = re.compile(r" {0,3}(?P<fence>`{3,}|~{3,})[ \t]*")
+_HEADING_1 = re.compile(r" {0,3}#(?P<text>[ \t].*)?")
+
+
+def _blank(line: str) -> bool:
+    return not line.strip(" \t")
+
+
+def _opening_fence(line: str) -> str | None:
+    match = _FENCE_OPEN.fullmatch(line)
+    if match is None or (match["fence"][0] == "`" and "`" in match["info"]):
+        return None
+    return match["fence"]
+
+
+def _closes(line: str, fence: str) -> bool:
+    match = _FENCE_CLOSE.fullmatch(line)
+    return match is not None and match["fence"][0] == fence[0] and len(match["fence"]) >= len(fence)
+
+
+def _heading_1(line: str) -> str | None:
+    match = _HEADING_1.fullmatch(line)
+    if match is None:
+        return None
+    text = (match["text"] or "").strip()
+    return re.sub(r"(?:^|[ \t]+)#+$", "", text).strip() or None  # drop a closing '###'
+
+
+def _dedent(lines: list[str]) -> str:
+    """Details without their shared indentation.
+
+    Tabs in the leading indentation expand to the next multiple of 4 columns (a tab is one
+    level, like four spaces), then the common run of leading spaces is removed, as
+    textwrap.dedent would. Tabs after the indentation are kept as written.
+    """
+    while lines and _blank(lines[0]):
+        lines.pop(0)
+    while lines and _blank(lines[-1]):
+        lines.pop()
+    expanded = []
+    for line in lines:
+        content = line.lstrip(" \t")
+        indent = line[: len(line) - len(content)].expandtabs(4)
+        expanded.append(indent + content.rstrip(" \t") if content.strip(" \t") else "")
+    common = min((len(line) - len(line.lstrip(" ")) for line in expanded if line), default=0)
+    return "\n".join(line[common:] for line in expanded)
+
+
+def _body(lines: list[str], start: int, policy: DocumentPolicy) -> tuple[str | None, tuple[ParsedItem, ...]]:
+    """Top-level checkboxes with their details, and the title; fenced code is opaque."""
+    title: str | None = None
+    items: list[ParsedItem] = []
+    current: tuple[int, bool, str] | None = None  # line, checked, title of the open item
+    details: list[str] = []
+    fence: str | None = None
+
+    def close_item() -> None:
+        nonlocal current
+        if current is not None:
+            line, checked, item_title = current
+            items.append(ParsedItem(len(items) + 1, line, checked, item_title, _dedent(details)))
+            details.clear()
+            current = None
+
+    for index in range(start, len(lines)):
+        line, number = lines[index], index + 1
+        if fence is not None:
+            if _closes(line, fence):
+                fence = None
+            continue
+        if current is not None and (_blank(line) or line[0] in " \t"):
+            details.append(line)
+            continue
+        close_item()
+        checkbox = _CHECKBOX.fullmatch(line)
+        if checkbox and checkbox["text"] is not None:
+            ordinal = len(items) + 1
+            if ordinal > policy.max_items:
+                message = f"items: a document may hold at most {policy.max_items} checkboxes"
+                raise InvalidDocument(message, field="items", line=number)
+            if not checkbox["text"].strip():
+                message = f"items: checkbox {ordinal} on line {number} has no text"
+                raise InvalidDocument(message, field=f"items[{ordinal}].title", line=number)
+            current = (number, checkbox["mark"] != " ", checkbox["text"].strip())
+            continue
+        fence = _opening_fence(line)
+        if fence is None and title is None:
+            title = _heading_1(line)
+    close_item()
+    if not items:
+        message = "items: the document has no top-level '- [ ]' checkbox"
+        raise InvalidDocument(message, field="items", line=min(start + 1, len(lines)))
+    return title, tuple(items)

@@ -1,0 +1,20 @@
+"""GitHub App installations as Steward knows them: who owns each, which repositories it
+holds, whether it is suspended. Webhooks keep this true; an operator links owners."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Installation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    installation_id: int = Field(gt=0)
+    owner_sub: str | None = None
+    account: str | None = None
+    repositories: tuple[str, ...] = ()
+    suspended: bool = False
+
+    def holds(self, repo: str) -> bool:
+        """Live and holding `repo` (owner/name, compared case-insensitively as GitHub does)."""
+        return not self.suspended and repo.lower() in {r.lower() for r in self.repositories}

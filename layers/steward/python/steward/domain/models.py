@@ -1,0 +1,197 @@
+"""State of plans, items and tasks as the stores hold it and the API shows it.
+
+Pure data: no storage or HTTP types here. Adapters convert to and from DynamoDB items.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+def utcnow() -> datetime:
+    """Now, at the millisecond precision timestamps are stored with."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class PlanStatus(StrEnum):
+    DRAFT = "draft"
+    AWAITING_CONFIRMATION = "awaiting_confirmation"
+    CONFIRMED = "confirmed"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    ARCHIVED = "archived"
+
+
+class ItemStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    REVIEW = "review"
+    MERGED = "merged"
+    CLOSED = "closed"
+    FAILED = "failed"
+    DONE = "done"
+    REMOVED = "removed"
+
+
+class TaskStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    REVIEW = "review"
+    MERGED = "merged"
+    CLOSED = "closed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Classification(StrEnum):
+    RETRYABLE = "retryable"
+    FINAL = "final"
+
+
+# Plans the loop acts on; the others wait for a person.
+ACTIVE_PLAN_STATUSES = frozenset({PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS})
+TERMINAL_PLAN_STATUSES = frozenset({PlanStatus.COMPLETED, PlanStatus.ARCHIVED})
+TERMINAL_TASK_STATUSES = frozenset(
+    {TaskStatus.MERGED, TaskStatus.CLOSED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+)
+# An item in one of these needs no more work.
+FINISHED_ITEM_STATUSES = frozenset(
+    {ItemStatus.MERGED, ItemStatus.CLOSED, ItemStatus.FAILED, ItemStatus.DONE, ItemStatus.REMOVED}
+)
+
+
+class PlanItem(BaseModel):
+    """One top-level checkbox. `key` is stable across moves; `revision` grows when its text
+    changes after work started, so the new text is new work and the old task stays history."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    ordinal: int
+    title: str
+    details: str = ""
+    text_hash: str
+    checked: bool = False
+    revision: int = 1
+    status: ItemStatus = ItemStatus.PENDING
+    task_id: str | None = None
+    removed: bool = False
+
+    @property
+    def shown_status(self) -> ItemStatus:
+        # A deleted checkbox keeps its task link and status underneath, so restoring the same
+        # text restores the item as it was.
+        return ItemStatus.REMOVED if self.removed else self.status
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    user: str
+    slug: str
+    status: PlanStatus
+    repo: str
+    title: str | None
+    front_matter: dict[str, Any]
+    content_hash: str
+    approved_hash: str | None = None
+    items: tuple[PlanItem, ...]
+    created_at: datetime
+    updated_at: datetime
+    version: int = 1
+    confirmations: int = 0
+
+    def item(self, key: str) -> PlanItem | None:
+        return next((i for i in self.items if i.key == key), None)
+
+    @property
+    def active_items(self) -> tuple[PlanItem, ...]:
+        return tuple(sorted((i for i in self.items if not i.removed), key=lambda i: i.ordinal))
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "slug": self.slug,
+            "status": self.status.value,
+            "repo": self.repo,
+            "title": self.title,
+            "content_hash": self.content_hash,
+            "approved_hash": self.approved_hash,
+            "front_matter": self.front_matter,
+            "items": [
+                {
+                    "ordinal": None if i.removed else i.ordinal,
+                    "key": i.key,
+                    "title": i.title,
+                    "status": i.shown_status.value,
+                    "task_id": i.task_id,
+                    "revision": i.revision,
+                }
+                for i in (*self.active_items, *(i for i in self.items if i.removed))
+            ],
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+        }
+
+
+class Task(BaseModel):
+    """One attempt at one revision of one item. Created only by the spawn store operation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    user: str
+    plan_id: str
+    plan_slug: str
+    item_key: str
+    ordinal: int
+    revision: int
+    attempt: int
+    status: TaskStatus = TaskStatus.QUEUED
+    classification: Classification | None = None
+    reason: str | None = None
+    branch: str
+    repo: str
+    base: str | None = None
+    model: str
+    budget_usd: Decimal
+    title: str
+    pr_url: str | None = None
+    pr_number: int | None = None
+    cost_usd: Decimal = Decimal("0")
+    created_at: datetime
+    updated_at: datetime
+    last_seen: datetime | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "plan_slug": self.plan_slug,
+            "ordinal": self.ordinal,
+            "item_key": self.item_key,
+            "revision": self.revision,
+            "attempt": self.attempt,
+            "title": self.title,
+            "status": self.status.value,
+            "classification": self.classification.value if self.classification else None,
+            "reason": self.reason,
+            "branch": self.branch,
+            "repo": self.repo,
+            "model": self.model,
+            "budget_usd": str(self.budget_usd),
+            "pr_url": self.pr_url,
+            "cost_usd": str(self.cost_usd),
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+        }

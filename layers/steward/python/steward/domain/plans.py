@@ -1,0 +1,179 @@
+"""Publish as a pure function: merge a parsed Task Document into the stored plan.
+
+Identity rules (DESIGN section 3): an item keeps its key (and with it status and task id)
+when its text is unchanged, wherever it moved; an item whose text changed in place keeps
+its key and, if work had started on it, becomes a new revision (pending, no task: the old
+task stays as history); a deleted checkbox is marked removed and keeps its task link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from difflib import SequenceMatcher
+
+from steward.domain import lifecycle
+from steward.domain.documents import ParsedItem, TaskDocument
+from steward.domain.ids import item_key
+from steward.domain.models import FINISHED_ITEM_STATUSES, ItemStatus, Plan, PlanItem
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    plan: Plan
+    changed: bool  # False: the stored plan already holds exactly this document
+
+
+def _fresh_key(plan: str, text_hash: str, taken: set[str]) -> str:
+    occurrence = 0
+    while (key := item_key(plan, text_hash, occurrence)) in taken:
+        occurrence += 1
+    taken.add(key)
+    return key
+
+
+def _status_for_checkbox(item: PlanItem, checked: bool) -> ItemStatus:
+    """`- [x]` means done by hand; unchecking a done item makes it pending again. Items with
+    work attached keep the status their task gave them."""
+    if checked and item.status is ItemStatus.PENDING and item.task_id is None:
+        return ItemStatus.DONE
+    if not checked and item.status is ItemStatus.DONE:
+        return ItemStatus.PENDING
+    return item.status
+
+
+def _take(pool: list[PlanItem], text_hash: str) -> PlanItem | None:
+    for index, candidate in enumerate(pool):
+        if candidate.text_hash == text_hash:
+            return pool.pop(index)
+    return None
+
+
+@dataclass
+class _Alignment:
+    matched: dict[int, PlanItem]  # new index -> old item with the same text
+    edited: dict[int, PlanItem]  # new index -> old item whose text it replaced in place
+    gone: list[PlanItem]  # old items with no counterpart
+
+
+def _align(active: list[PlanItem], removed: list[PlanItem], new: tuple[ParsedItem, ...]) -> _Alignment:
+    """Pair old and new items: unchanged runs by sequence alignment, then moves by exact text
+    (including removed items coming back), then what is left in a replaced run, in order,
+    as in-place edits."""
+    out = _Alignment(matched={}, edited={}, gone=[])
+    blocks: list[tuple[list[PlanItem], list[int]]] = []
+    opcodes = SequenceMatcher(
+        None, [i.text_hash for i in active], [i.text_hash for i in new], autojunk=False
+    ).get_opcodes()
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal":
+            out.matched.update(zip(range(j1, j2), active[i1:i2], strict=True))
+        else:  # replace, delete, insert: one block of old and new items to pair up
+            blocks.append((active[i1:i2], list(range(j1, j2))))
+            out.gone.extend(active[i1:i2])
+    for _, new_indexes in blocks:
+        for j in new_indexes:
+            found = _take(out.gone, new[j].text_hash) or _take(removed, new[j].text_hash)
+            if found is not None:
+                out.matched[j] = found
+    for old_block, new_indexes in blocks:
+        left_old = [i for i in old_block if any(i is g for g in out.gone)]
+        left_new = [j for j in new_indexes if j not in out.matched]
+        for old_item, j in zip(left_old, left_new, strict=False):
+            out.gone = [g for g in out.gone if g is not old_item]
+            out.edited[j] = old_item
+    return out
+
+
+def _carry(old: PlanItem | None, edited: bool, fields: dict[str, object]) -> PlanItem:
+    if old is None:
+        return PlanItem(**fields)  # type: ignore[arg-type]
+    if edited and old.task_id is not None:
+        # Work started on the old text: the new text is new work, the old task is history.
+        return old.model_copy(
+            update={**fields, "revision": old.revision + 1, "status": ItemStatus.PENDING, "task_id": None}
+        )
+    return old.model_copy(update=fields)
+
+
+def match_items(plan_id: str, old: Iterable[PlanItem], new: tuple[ParsedItem, ...]) -> tuple[PlanItem, ...]:
+    """Return the stored items after publishing `new`: active ones in document order, then
+    the removed ones."""
+    active = sorted((i for i in old if not i.removed), key=lambda i: i.ordinal)
+    removed = [i for i in old if i.removed]
+    taken = {i.key for i in active} | {i.key for i in removed}
+    alignment = _align(active, removed, new)
+
+    result: list[PlanItem] = []
+    for j, parsed in enumerate(new):
+        fields: dict[str, object] = {
+            "ordinal": parsed.ordinal,
+            "title": parsed.title,
+            "details": parsed.details,
+            "text_hash": parsed.text_hash,
+            "checked": parsed.checked,
+            "removed": False,
+        }
+        previous = alignment.matched.get(j) or alignment.edited.get(j)
+        if previous is None:
+            fields["key"] = _fresh_key(plan_id, parsed.text_hash, taken)
+        item = _carry(previous, j in alignment.edited, fields)
+        result.append(item.model_copy(update={"status": _status_for_checkbox(item, parsed.checked)}))
+
+    # A deleted checkbox with work attached stays as history (its task runs on untouched);
+    # one without work is dropped: its key is derived from its text, so if the text comes
+    # back it gets the same key. Details of removed items are dropped to bound item size.
+    gone = [i.model_copy(update={"removed": True, "details": ""}) for i in alignment.gone if i.task_id]
+    return (*result, *gone, *removed)
+
+
+def publish(
+    existing: Plan | None,
+    *,
+    plan_id: str,
+    user: str,
+    slug: str,
+    document: TaskDocument,
+    now: datetime,
+) -> PublishResult:
+    """The plan after publishing `document`; `changed` is False for an identical republish."""
+    content_hash = document.content_hash
+    if existing is not None and existing.content_hash == content_hash:
+        lifecycle.after_publish(existing.status, content_changed=False)  # archived still refuses
+        return PublishResult(existing, changed=False)
+    status = lifecycle.after_publish(existing.status if existing else None, content_changed=True)
+    items = match_items(plan_id, existing.items if existing else (), document.items)
+    front_matter = document.front_matter.model_dump(mode="json")
+    if existing is None:
+        plan = Plan(
+            id=plan_id,
+            user=user,
+            slug=slug,
+            status=status,
+            repo=document.front_matter.repo,
+            title=document.title,
+            front_matter=front_matter,
+            content_hash=content_hash,
+            items=items,
+            created_at=now,
+            updated_at=now,
+        )
+    else:
+        plan = existing.model_copy(
+            update={
+                "status": status,
+                "repo": document.front_matter.repo,
+                "title": document.title,
+                "front_matter": front_matter,
+                "content_hash": content_hash,
+                "items": items,
+                "updated_at": now,
+            }
+        )
+    return PublishResult(plan, changed=True)
+
+
+def is_complete(plan: Plan) -> bool:
+    """Every item is merged, closed, failed, done or removed (DESIGN section 3)."""
+    return all(i.shown_status in FINISHED_ITEM_STATUSES for i in plan.items)

@@ -1,0 +1,63 @@
+"""Task use cases for clients: read, events, screen, artifacts, explicit retry and cancel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
+from steward.adapters.event_store import EventStore
+from steward.adapters.task_store import TaskStore
+from steward.domain.errors import NotFound
+from steward.domain.ids import plan_id, validate_slug
+from steward.domain.models import Task, utcnow
+
+
+class TaskService:
+    def __init__(
+        self,
+        tasks: TaskStore,
+        events: EventStore,
+        artifacts: ArtifactStore,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.tasks = tasks
+        self.events = events
+        self.artifacts = artifacts
+        self.clock = clock
+
+    def get(self, user: str, task_id: str) -> Task:
+        return self.tasks.require_owned(user, task_id)
+
+    def list(
+        self, user: str, *, plan_slug: str | None, limit: int, cursor: str | None
+    ) -> tuple[list[Task], str | None]:
+        plan = plan_id(user, validate_slug(plan_slug)) if plan_slug else None
+        return self.tasks.list(user, plan_id=plan, limit=limit, cursor=cursor)
+
+    def events_after(self, user: str, task_id: str, *, after: int, limit: int) -> dict[str, Any]:
+        self.tasks.require_owned(user, task_id)
+        events = self.events.list(task_id, after=after, limit=limit)
+        return {"events": events, "next": events[-1]["seq"] if events else after}
+
+    def screen(self, user: str, task_id: str) -> dict[str, Any]:
+        self.tasks.require_owned(user, task_id)
+        text = self.artifacts.read_text(task_id, SCREEN_NAME) or ""
+        return {"task_id": task_id, "screen": text}
+
+    def artifact_url(self, user: str, task_id: str, name: str) -> str:
+        self.tasks.require_owned(user, task_id)
+        if name not in ARTIFACT_NAMES:
+            raise NotFound(f"no artifact {name!r}; artifacts are {', '.join(ARTIFACT_NAMES)}", field="name")
+        if not self.artifacts.exists(task_id, name):
+            raise NotFound(f"task {task_id} has no {name} yet", field="name")
+        return self.artifacts.presigned_url(task_id, name)
+
+    def cancel(self, user: str, task_id: str) -> Task:
+        return self.tasks.cancel(user, task_id, now=self.clock(), reason="cancelled by user")
+
+    def retry(self, user: str, task_id: str) -> Task:
+        task = self.tasks.require_owned(user, task_id)
+        self.tasks.request_retry(task, now=self.clock())
+        return task

@@ -1,0 +1,108 @@
+"""DynamoDB table definitions, written once.
+
+The CDK app, the local stack and the tests all build their tables from these specs, so a
+key or an index cannot drift between them. Pure data: no boto3 here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+AttrType = Literal["S", "N"]
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: AttrType = "S"
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    partition: Key
+    sort: Key | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    logical_name: str  # also the suffix of the physical name: f"{prefix}{logical_name}"
+    partition: Key
+    sort: Key | None = None
+    indexes: tuple[Index, ...] = ()
+    ttl_attribute: str | None = None
+    doc: str = ""
+
+    def physical_name(self, prefix: str) -> str:
+        return f"{prefix}{self.logical_name}"
+
+    def create_table_kwargs(self, prefix: str) -> dict[str, Any]:
+        """Arguments for boto3 `create_table` (on-demand, like the CDK tables)."""
+        keys = [self.partition, *([self.sort] if self.sort else [])]
+        attributes = {k.name: k.type for k in keys}
+        schema = [{"AttributeName": self.partition.name, "KeyType": "HASH"}]
+        if self.sort:
+            schema.append({"AttributeName": self.sort.name, "KeyType": "RANGE"})
+        kwargs: dict[str, Any] = {
+            "TableName": self.physical_name(prefix),
+            "KeySchema": schema,
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+        gsis = []
+        for index in self.indexes:
+            index_schema = [{"AttributeName": index.partition.name, "KeyType": "HASH"}]
+            attributes[index.partition.name] = index.partition.type
+            if index.sort:
+                index_schema.append({"AttributeName": index.sort.name, "KeyType": "RANGE"})
+                attributes[index.sort.name] = index.sort.type
+            gsis.append(
+                {
+                    "IndexName": index.name,
+                    "KeySchema": index_schema,
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            )
+        if gsis:
+            kwargs["GlobalSecondaryIndexes"] = gsis
+        kwargs["AttributeDefinitions"] = [
+            {"AttributeName": name, "AttributeType": kind} for name, kind in attributes.items()
+        ]
+        return kwargs
+
+
+PLANS = TableSpec(
+    "plans",
+    partition=Key("user"),
+    sort=Key("slug"),
+    doc="One item per plan holding its items (a 256 KiB document fits the 400 KB item limit); "
+    "a `version` attribute makes every write conditional on what was read.",
+)
+TASKS = TableSpec(
+    "tasks",
+    partition=Key("task_id"),
+    indexes=(
+        Index("by_user", Key("user"), Key("created_key")),
+        Index("by_plan", Key("plan_id"), Key("created_key")),
+    ),
+    doc="One item per task attempt, created only by spawn (attribute_not_exists).",
+)
+EVENTS = TableSpec(
+    "events",
+    partition=Key("task_id"),
+    sort=Key("seq", "N"),
+    doc="Append-only, gapless per task: each event is a conditional put of the next seq.",
+)
+USERS = TableSpec(
+    "users",
+    partition=Key("user"),
+    doc="Per-user loop settings, event watermark, heartbeat lease and spawn counters.",
+)
+INSTALLATIONS = TableSpec(
+    "installations",
+    partition=Key("installation_id", "N"),
+    indexes=(Index("by_owner", Key("owner_sub"), Key("installation_id", "N")),),
+    doc="GitHub App installations: owner sub, account, repositories, suspended.",
+)
+
+ALL_TABLES: tuple[TableSpec, ...] = (PLANS, TASKS, EVENTS, USERS, INSTALLATIONS)
