@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -119,3 +121,22 @@ def decode_cursor(cursor: str | None, *, must_match: Mapping[str, Any]) -> dict[
     if not isinstance(key, dict) or any(key.get(k) != v for k, v in must_match.items()):
         raise BadRequest("cursor is not one this API returned", field="cursor")
     return key
+
+
+@contextmanager
+def count_requests(tables: Tables) -> Iterator[Counter[str]]:
+    """Count the DynamoDB requests sent through `tables` by operation (a botocore event hook
+    on `before-send`, so a retried request counts again). For benchmarks and tests."""
+    counts: Counter[str] = Counter()
+
+    def on_send(request: Any, **_: Any) -> None:
+        target = request.headers.get("X-Amz-Target", b"")
+        name = target.decode() if isinstance(target, bytes) else str(target)
+        counts[name.rsplit(".", 1)[-1]] += 1
+
+    events = tables.client.meta.events
+    events.register("before-send.dynamodb", on_send)
+    try:
+        yield counts
+    finally:
+        events.unregister("before-send.dynamodb", on_send)

@@ -49,7 +49,8 @@ def field_error(exc: ValidationError, prefix: str = "") -> BadRequest:
     first = exc.errors()[0]
     location = ".".join(str(part) for part in first["loc"]) or "body"
     field = f"{prefix}{location}" if prefix else location
-    return BadRequest(f"{field}: {first['msg']}", field=field)
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return BadRequest(f"{field}: {message}", field=field)
 
 
 def parse_body(raw: str | None, model: type[M], *, optional: bool = False) -> M:

@@ -1,0 +1,79 @@
+"""DynamoDB requests per control-plane operation, counted with a botocore hook.
+
+Runs against moto in-process (request counts do not depend on the backend). Aims (issue
+"control plane core"): publish <= 3 requests whatever the item count, confirm <= 2, spawn 1.
+
+    .venv/bin/python bench/bench_dynamodb_requests.py
+"""
+
+from __future__ import annotations
+
+import os
+
+import boto3
+from moto import mock_aws
+from steward.adapters.artifact_store import ArtifactStore
+from steward.adapters.dynamo import Tables, count_requests
+from steward.config import Settings
+from steward.domain.models import utcnow
+from steward.domain.tasks import task_for
+from steward.local.moto_serial import install_dynamodb_lock
+from steward.services.container import Services
+
+
+def document(count: int, detail_bytes: int) -> str:
+    items = "".join(
+        f"- [ ] Item {n}: change module {n}\n  {'d' * detail_bytes}\n" for n in range(1, count + 1)
+    )
+    return f"---\nrepo: octo/bench\nchecks:\n  - pytest -q\n---\n# Bench\n\n{items}"
+
+
+def measure(services: Services, count: int, detail_bytes: int) -> dict[str, int]:
+    slug = f"bench-{count}"
+    markdown = document(count, detail_bytes)
+    rows: dict[str, int] = {}
+    with count_requests(services.tables) as c:
+        services.plans.publish("alice", slug, markdown)
+    rows["publish (new)"] = sum(c.values())
+    with count_requests(services.tables) as c:
+        services.plans.publish("alice", slug, markdown)
+    rows["republish unchanged"] = sum(c.values())
+    with count_requests(services.tables) as c:
+        services.plans.publish("alice", slug, markdown.replace("Item 1:", "Item one:"))
+    rows["republish one item edited"] = sum(c.values())
+    with count_requests(services.tables) as c:
+        plan = services.plans.confirm("alice", slug)
+    rows["confirm"] = sum(c.values())
+    with count_requests(services.tables) as c:
+        services.plans.confirm("alice", slug)
+    rows["confirm again (no-op)"] = sum(c.values())
+    task = task_for(plan, plan.active_items[-1], attempt=1, now=utcnow())
+    with count_requests(services.tables) as c:
+        services.tasks.tasks.spawn(task, previous_task_id=None, now=utcnow())
+    rows["spawn one task"] = sum(c.values())
+    with count_requests(services.tables) as c:
+        services.tasks.tasks.spawn(task, previous_task_id=None, now=utcnow())
+    rows["spawn replayed"] = sum(c.values())
+    return rows
+
+
+def main() -> None:
+    # moto in-process: fake credentials, and never an endpoint from the caller's shell
+    os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
+    os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    install_dynamodb_lock()
+    with mock_aws():
+        settings = Settings(table_prefix="bench-")
+        tables = Tables.connect(settings.table_prefix, region_name="us-east-1")
+        tables.create_all()
+        services = Services.build(settings, tables, ArtifactStore("bench", client=boto3.client("s3")))
+        results = {20: measure(services, 20, 200), 100: measure(services, 100, 2400)}
+    print("DynamoDB requests per operation (aim: publish <= 3, confirm <= 2, spawn 1)")
+    print(f"{'operation':30} {'20 items':>9} {'100 items':>10}")
+    for name in results[20]:
+        print(f"{name:30} {results[20][name]:>9} {results[100][name]:>10}")
+
+
+if __name__ == "__main__":
+    main()

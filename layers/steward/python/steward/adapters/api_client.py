@@ -1,0 +1,101 @@
+"""HTTP client of the Steward API, used by the CLI and the demo."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_STATE_FILE = Path(".steward/local.json")
+
+
+class ApiError(Exception):
+    """An answer other than 2xx/3xx, carrying the API's JSON error."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    api_url: str
+    token: str
+
+
+def resolve_endpoint(user: str | None, state_file: Path | None = None) -> Endpoint:
+    """STEWARD_API_URL and STEWARD_TOKEN win; otherwise the local stack's state file, with
+    the token of `user` (default alice)."""
+    url = os.environ.get("STEWARD_API_URL")
+    token = os.environ.get("STEWARD_TOKEN")
+    if url and token and user is None:
+        return Endpoint(url.rstrip("/"), token)
+    path = state_file or Path(os.environ.get("STEWARD_STATE_FILE", DEFAULT_STATE_FILE))
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ApiError(
+            0,
+            "no_endpoint",
+            f"no API configured: set STEWARD_API_URL and STEWARD_TOKEN, or start the local stack "
+            f"(`steward local up`, which writes {path})",
+        ) from None
+    name = user or os.environ.get("STEWARD_USER", "alice")
+    users = state.get("users", {})
+    if name not in users:
+        raise ApiError(0, "no_user", f"{path} has no token for user {name!r} (known: {', '.join(users)})")
+    return Endpoint((url or state["api_url"]).rstrip("/"), token if user is None and token else users[name])
+
+
+class ApiClient:
+    def __init__(self, endpoint: Endpoint, timeout: float = 30.0) -> None:
+        self._http = httpx.Client(
+            base_url=endpoint.api_url,
+            headers={"Authorization": f"Bearer {endpoint.token}"},
+            timeout=timeout,
+            follow_redirects=False,
+        )
+        self.api_url = endpoint.api_url
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self._http.request(
+                method,
+                path,
+                json=body,
+                params={k: v for k, v in (params or {}).items() if v is not None},
+            )
+        except httpx.TransportError as exc:
+            raise ApiError(
+                0, "unreachable", f"cannot reach the API at {self.api_url} ({type(exc).__name__})"
+            ) from None
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+            except (ValueError, KeyError, TypeError):
+                error = {"code": "http_error", "message": response.text[:500] or response.reason_phrase}
+            raise ApiError(
+                response.status_code, error.get("code", ""), error.get("message", ""), error.get("field")
+            )
+        return response.json() if response.content else None
+
+    def paged(self, path: str, key: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """Every page of a list route, following `next`."""
+        out: list[Any] = []
+        cursor = None
+        while True:
+            page = self.request("GET", path, params={**(params or {}), "cursor": cursor, "limit": 100})
+            out.extend(page[key])
+            cursor = page.get("next")
+            if not cursor:
+                return out

@@ -1,0 +1,347 @@
+"""`steward`: the command line client of the API and of the local stack.
+
+Human-readable tables by default, `--json` for scripts. The endpoint and token come from
+STEWARD_API_URL / STEWARD_TOKEN, or from the local stack's state file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from steward.adapters.api_client import DEFAULT_STATE_FILE, ApiClient, ApiError, resolve_endpoint
+from steward.domain.errors import StewardError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _short(text: str | None, width: int = 48) -> str:
+    text = text or ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_plan(plan: dict[str, Any]) -> str:
+    head = (
+        f"plan {plan['slug']}  ({plan['status']})\n"
+        f"  title:   {plan.get('title') or '-'}\n"
+        f"  repo:    {plan['repo']}\n"
+        f"  content: {plan['content_hash'][:12]}"
+        + (
+            "  (approved)"
+            if plan.get("approved_hash") == plan["content_hash"]
+            else "  (not approved)"
+            if plan["status"] != "draft"
+            else ""
+        )
+    )
+    rows = [
+        (
+            i["ordinal"] if i["ordinal"] is not None else "-",
+            i["status"],
+            _short(i["title"]),
+            i["task_id"] or "-",
+        )
+        for i in plan["items"]
+    ]
+    return head + "\n\n" + _table(rows, ("#", "status", "item", "task"))
+
+
+def render_plans(plans: list[dict[str, Any]]) -> str:
+    rows = []
+    for p in plans:
+        done = sum(1 for i in p["items"] if i["status"] in ("merged", "closed", "failed", "done", "removed"))
+        rows.append((p["slug"], p["status"], p["repo"], f"{done}/{len(p['items'])}", p["updated_at"]))
+    return _table(rows, ("slug", "status", "repo", "finished", "updated"))
+
+
+def render_tasks(tasks: list[dict[str, Any]]) -> str:
+    rows = [
+        (t["id"], t["plan_slug"], t["ordinal"], t["attempt"], t["status"], t["cost_usd"], t["pr_url"] or "-")
+        for t in tasks
+    ]
+    return _table(rows, ("task", "plan", "#", "attempt", "status", "cost", "pr"))
+
+
+TASK_FIELDS: tuple[str, ...] = (
+    *("id", "plan_slug", "ordinal", "title", "revision", "attempt", "status", "classification", "reason"),
+    *("branch", "repo", "model", "budget_usd", "cost_usd", "pr_url", "created_at", "updated_at"),
+)
+
+
+def render_task(task: dict[str, Any]) -> str:
+    return "\n".join(f"{k + ':':16}{'-' if task.get(k) is None else task[k]}" for k in TASK_FIELDS)
+
+
+def render_loop(settings: dict[str, Any]) -> str:
+    quiet = settings.get("quiet_hours")
+    shown = dict(settings, quiet_hours=f"{quiet['start']}-{quiet['end']}" if quiet else "none")
+    return "\n".join(f"{k + ':':18}{v}" for k, v in shown.items())
+
+
+def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> int:
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else render(data))
+    return 0
+
+
+def _client(args: argparse.Namespace) -> ApiClient:
+    return ApiClient(resolve_endpoint(args.user, args.state_file))
+
+
+def _slug_from_path(path: Path) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", path.stem.lower()).strip("-")[:63]
+    return slug or "plan"
+
+
+def cmd_plan_publish(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        markdown = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: cannot read {path}: {exc}", file=sys.stderr)
+        return 1
+    slug = args.slug or _slug_from_path(path)
+    plan = _client(args).request("PUT", f"/v1/plans/{slug}", {"markdown": markdown})
+    return _emit(args, plan, render_plan)
+
+
+def _plan_action(action: str) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        body = {"content_hash": args.content_hash} if getattr(args, "content_hash", None) else None
+        plan = _client(args).request("POST", f"/v1/plans/{args.slug}/{action}", body)
+        return _emit(args, plan, render_plan)
+
+    return run
+
+
+def cmd_plan_show(args: argparse.Namespace) -> int:
+    return _emit(args, _client(args).request("GET", f"/v1/plans/{args.slug}"), render_plan)
+
+
+def cmd_plan_list(args: argparse.Namespace) -> int:
+    plans = _client(args).paged("/v1/plans", "plans")
+    return _emit(args, {"plans": plans}, lambda d: render_plans(d["plans"]))
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    tasks = _client(args).paged("/v1/tasks", "tasks", {"plan": args.plan})
+    return _emit(args, {"tasks": tasks}, lambda d: render_tasks(d["tasks"]))
+
+
+def cmd_task_show(args: argparse.Namespace) -> int:
+    return _emit(args, _client(args).request("GET", f"/v1/tasks/{args.id}"), render_task)
+
+
+def _task_action(action: str) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        result = _client(args).request("POST", f"/v1/tasks/{args.id}/{action}")
+        return _emit(args, result, lambda d: render_task(d.get("task", d)))
+
+    return run
+
+
+def cmd_loop_show(args: argparse.Namespace) -> int:
+    return _emit(args, _client(args).request("GET", "/v1/loop"), render_loop)
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "yes", "on", "1"):
+        return True
+    if lowered in ("false", "no", "off", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def cmd_loop_set(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "enabled": args.enabled,
+            "paused": args.paused,
+            "interval_seconds": args.interval,
+            "timezone": args.timezone,
+            "daily_spawn_cap": args.daily_cap,
+            "max_parallel": args.max_parallel,
+        }.items()
+        if v is not None
+    }
+    if args.quiet_hours is not None:
+        if args.quiet_hours == "none":
+            body["quiet_hours"] = None
+        else:
+            start, _, end = args.quiet_hours.partition("-")
+            body["quiet_hours"] = {"start": start, "end": end}
+    if not body:
+        print("error: nothing to set; see `steward loop set --help`", file=sys.stderr)
+        return 2
+    return _emit(args, _client(args).request("PUT", "/v1/loop", body), render_loop)
+
+
+def cmd_local_up(args: argparse.Namespace) -> int:
+    from steward.local.stack import LocalStack  # noqa: PLC0415 - moto loads only for this command
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with LocalStack(state_file=args.state_file or DEFAULT_STATE_FILE) as stack:
+        print(f"steward local stack is up; state in {stack.state_file}", flush=True)
+        for key in ("api_url", "aws_endpoint_url"):
+            print(f"  {key}: {stack.state[key]}", flush=True)
+        print("  users: " + ", ".join(stack.state["users"]) + "  (Ctrl-C to stop)", flush=True)
+        stop.wait()
+        print("stopping", flush=True)
+    return 0
+
+
+def cmd_local_token(args: argparse.Namespace) -> int:
+    from steward.local.dev_auth import DevIssuer  # noqa: PLC0415
+
+    state_file = args.state_file or DEFAULT_STATE_FILE
+    issuer = DevIssuer.load_or_create(state_file.parent / "dev-jwt-key.pem")
+    print(issuer.mint(args.name))
+    return 0
+
+
+def cmd_admin_link(args: argparse.Namespace) -> int:
+    from steward.services.admin import link_installation  # noqa: PLC0415
+
+    installation = link_installation(
+        args.installation_id, args.sub, force=args.force, state_file=args.state_file or DEFAULT_STATE_FILE
+    )
+    return _emit(
+        args,
+        installation.model_dump(mode="json"),
+        lambda d: f"installation {d['installation_id']} linked to {d['owner_sub']}",
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from steward.local.demo import run_demo  # noqa: PLC0415
+
+    return run_demo(state_file=args.state_file or Path(".steward/demo.json"), as_json=args.json)
+
+
+def _add_plan_commands(sub: Any) -> None:
+    plan = sub.add_parser("plan", help="Task Documents and their lifecycle").add_subparsers(
+        dest="plan_command", required=True
+    )
+    p = plan.add_parser("publish", help="upsert a Task Document")
+    p.add_argument("file")
+    p.add_argument("--slug", help="plan slug (default: derived from the file name)")
+    p.set_defaults(func=cmd_plan_publish)
+    for action, text in (("submit", "ask for confirmation"), ("archive", "stop the plan")):
+        p = plan.add_parser(action, help=text)
+        p.add_argument("slug")
+        p.set_defaults(func=_plan_action(action))
+    p = plan.add_parser("confirm", help="approve the plan's current content")
+    p.add_argument("slug")
+    p.add_argument("--content-hash", help="fail if the content is no longer the one you reviewed")
+    p.set_defaults(func=_plan_action("confirm"))
+    p = plan.add_parser("show", help="one plan with its items")
+    p.add_argument("slug")
+    p.set_defaults(func=cmd_plan_show)
+    plan.add_parser("list", help="your plans").set_defaults(func=cmd_plan_list)
+
+
+def _add_task_commands(sub: Any) -> None:
+    p = sub.add_parser("tasks", help="list tasks")
+    p.add_argument("--plan", help="only the tasks of this plan slug")
+    p.set_defaults(func=cmd_tasks)
+    task = sub.add_parser("task", help="one task").add_subparsers(dest="task_command", required=True)
+    p = task.add_parser("show")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_task_show)
+    for action in ("retry", "cancel"):
+        p = task.add_parser(action)
+        p.add_argument("id")
+        p.set_defaults(func=_task_action(action))
+
+
+def _add_loop_commands(sub: Any) -> None:
+    loop = sub.add_parser("loop", help="your reconciliation loop settings").add_subparsers(
+        dest="loop_command", required=True
+    )
+    loop.add_parser("show").set_defaults(func=cmd_loop_show)
+    p = loop.add_parser("set")
+    p.add_argument("--enabled", type=_bool)
+    p.add_argument("--paused", type=_bool)
+    p.add_argument("--interval", type=int, help="seconds between reconciliations")
+    p.add_argument("--quiet-hours", help="HH:MM-HH:MM in your time zone, or 'none'")
+    p.add_argument("--timezone", help="IANA time zone, e.g. Europe/Berlin")
+    p.add_argument("--daily-cap", type=int, help="task spawns per local day")
+    p.add_argument("--max-parallel", type=int, help="tasks running at once")
+    p.set_defaults(func=cmd_loop_set)
+
+
+def _add_local_and_admin_commands(sub: Any) -> None:
+    local = sub.add_parser("local", help="the embedded local stack").add_subparsers(
+        dest="local_command", required=True
+    )
+    local.add_parser("up", help="start the local stack until Ctrl-C").set_defaults(func=cmd_local_up)
+    p = local.add_parser("token", help="mint a dev bearer token")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_local_token)
+
+    admin = sub.add_parser("admin", help="operator commands (talk to AWS directly)").add_subparsers(
+        dest="admin_command", required=True
+    )
+    p = admin.add_parser("link-installation", help="link a GitHub App installation to a user")
+    p.add_argument("installation_id", type=int)
+    p.add_argument("--user", dest="sub", required=True, help="the user's JWT sub")
+    p.add_argument("--force", action="store_true", help="move it from another user")
+    p.set_defaults(func=cmd_admin_link)
+    sub.add_parser("demo", help="run the demo on the local stack").set_defaults(func=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="steward", description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--user", help="local dev identity to act as (default: alice, or STEWARD_USER)")
+    parser.add_argument(
+        "--state-file", type=Path, help=f"local stack state file (default {DEFAULT_STATE_FILE})"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_plan_commands(sub)
+    _add_task_commands(sub)
+    _add_loop_commands(sub)
+    _add_local_and_admin_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ApiError as exc:
+        where = f" (field: {exc.field})" if exc.field else ""
+        status = f"{exc.status} " if exc.status else ""
+        print(f"error: {status}{exc.code}: {exc.message}{where}", file=sys.stderr)
+        return 1
+    except StewardError as exc:  # from commands that act on storage directly (admin)
+        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into `head` and friends
+        sys.stderr.close()
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

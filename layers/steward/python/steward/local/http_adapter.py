@@ -1,0 +1,457 @@
+"""Serve a real Lambda handler over HTTP on loopback, as API Gateway or a Function URL would.
+
+The local stack runs the same handler code as AWS, so the adapter's job is to be a faithful
+front door: it builds the HTTP API payload format 2.0 event (the shape Function URLs use as
+well), runs the JWT authorizer step before the handler as API Gateway does, and turns the
+handler's response dict back into HTTP. Choices where AWS has no local equivalent:
+
+* Invocations of one server are serialized by default (one warm execution environment):
+  Lambda never runs two events in one environment at once, and handlers may rely on that
+  (Powertools' resolvers keep the current event in class state). Pass `invocation_lock` to
+  share one lock between servers of a process, or `contextlib.nullcontext()` to disable it.
+* The path is passed as sent; a path with `.` or `..` segments is refused (400) so that a
+  public prefix can never be used to reach an authorized route.
+* Access logs are not written, and neither headers nor events are ever logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote
+
+from steward.domain.errors import Unauthorized
+
+_LOG = logging.getLogger(__name__)
+
+Handler = Callable[[dict[str, Any], Any], Any]
+Authorizer = Callable[[str], Mapping[str, Any]]
+Kind = Literal["http_api", "function_url"]
+
+TIMEOUT_SECONDS = 30.0  # API Gateway's integration timeout: the handler's budget
+_IDLE_SECONDS = 60.0  # keep-alive connections idle longer than this are closed
+_DRAIN_LIMIT = 64 * 1024 * 1024  # an oversized body up to this size is read and dropped
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_TEXT_TYPES = (
+    "text/",
+    "application/json",
+    "application/javascript",
+    "application/xml",
+    "application/yaml",
+    "application/x-yaml",
+    "application/x-www-form-urlencoded",
+    "application/graphql",
+)
+_HOP_BY_HOP = {"connection", "content-length", "transfer-encoding", "keep-alive"}
+
+
+class LambdaContext:
+    """The attributes of Lambda's context object that handlers and Powertools read."""
+
+    function_version = "$LATEST"
+    memory_limit_in_mb = 512
+    client_context = None
+    identity = None
+
+    def __init__(self, function_name: str, timeout_seconds: float = TIMEOUT_SECONDS) -> None:
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self.function_name = function_name
+        self.aws_request_id = str(uuid.uuid4())
+        self.invoked_function_arn = f"arn:aws:lambda:{region}:000000000000:function:{function_name}"
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = f"{time.strftime('%Y/%m/%d', time.gmtime())}/[$LATEST]{uuid.uuid4().hex}"
+        self._deadline = time.monotonic() + timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class _Reject(Exception):
+    """Answer with a JSON error without invoking the handler."""
+
+    def __init__(self, status: int, code: str, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.close = status, code, message, close
+
+
+class LambdaHttpServer:
+    """One Lambda handler behind a loopback HTTP server; see the module docstring."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        kind: Kind,
+        authorizer: Authorizer | None = None,
+        public_path_prefixes: tuple[str, ...] = (),
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body_bytes: int = 10 * 1024 * 1024,
+        function_name: str = "steward-local",
+        invocation_lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        if kind not in ("http_api", "function_url"):
+            raise ValueError(f"unknown kind {kind!r}")
+        if kind == "function_url" and authorizer is not None:
+            raise ValueError("a Function URL has no JWT authorizer")
+        self.handler = handler
+        self.kind = kind
+        self.authorizer = authorizer
+        self.public_path_prefixes = public_path_prefixes
+        self.max_body_bytes = max_body_bytes
+        self.function_name = function_name
+        self.invocation_lock = invocation_lock if invocation_lock is not None else threading.Lock()
+        self._address = (host, port)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("LambdaHttpServer is not started")
+        host, port = self._server.server_address[:2]
+        host = str(host)
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def start(self) -> None:
+        if self._server is not None:
+            return
+        server = _Server(self._address, _RequestHandler)
+        server.adapter = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # how long stop() waits for the loop to notice
+            name=f"lambda-http-{self.function_name}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> LambdaHttpServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def invoke(self, event: dict[str, Any]) -> Any:
+        """Run the handler once with a fresh context, as one Lambda invocation."""
+        context = LambdaContext(function_name=self.function_name)
+        with self.invocation_lock:
+            return self.handler(event, context)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    adapter: LambdaHttpServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A dropped connection is the client's business: no traceback on stderr."""
+        _LOG.debug("connection from %s failed", client_address, exc_info=True)
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "steward-local"
+    sys_version = ""
+    timeout = _IDLE_SECONDS
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log: request lines can carry secrets in query strings."""
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_HEAD(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_PUT(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def do_PATCH(self) -> None:
+        self._serve()
+
+    def do_OPTIONS(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        adapter = self.server.adapter
+        request_id = str(uuid.uuid4())
+        try:
+            body = self._read_body(adapter.max_body_bytes)
+            event = self._event(adapter, body, request_id)
+            self._authorize(adapter, event)
+        except _Reject as reject:
+            self._send_error(reject.status, reject.code, reject.message, request_id, close=reject.close)
+            return
+        except Exception as exc:  # an authorizer bug or a broken request: fail closed with a 500
+            _log_failure("front door", adapter.function_name, exc, request_id)
+            self._send_error(500, "internal", "internal error", request_id, close=True)
+            return
+        try:
+            result = adapter.invoke(event)
+            status, headers, payload = _http_response(result)
+        except Exception as exc:
+            _log_failure("handler", adapter.function_name, exc, request_id)
+            self._send_error(500, "internal", "internal error", request_id)
+            return
+        self._send(status, headers, payload, request_id)
+
+    # -- request ---------------------------------------------------------------------------
+
+    def _read_body(self, limit: int) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self._read_chunked(limit)
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        try:
+            length = int(raw)
+            if length < 0:
+                raise ValueError(raw)
+        except ValueError:
+            raise _Reject(400, "bad_request", "invalid Content-Length", close=True) from None
+        if length > limit:
+            if length <= _DRAIN_LIMIT:  # let the client finish sending so it reads the answer
+                _discard(self.rfile, length)
+            raise _Reject(413, "too_large", f"request body exceeds {limit} bytes", close=True)
+        return self.rfile.read(length)
+
+    def _read_chunked(self, limit: int) -> bytes:
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise _Reject(400, "bad_request", "invalid chunked body", close=True) from None
+            if size == 0:
+                while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(chunks)
+            total += size
+            if total > limit:
+                raise _Reject(413, "too_large", f"request body exceeds {limit} bytes", close=True)
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline(3)
+
+    def _event(self, adapter: LambdaHttpServer, body: bytes, request_id: str) -> dict[str, Any]:
+        raw_path, _, raw_query = self.path.partition("?")
+        if not raw_path.startswith("/") or any(s in (".", "..") for s in unquote(raw_path).split("/")):
+            raise _Reject(400, "bad_request", "invalid request path")
+        headers: dict[str, str] = {}
+        cookies: list[str] = []
+        for name, value in self.headers.items():
+            key = name.lower()
+            if key == "cookie":
+                cookies.extend(c.strip() for c in value.split(";") if c.strip())
+            else:
+                headers[key] = f"{headers[key]},{value}" if key in headers else value
+        client_ip = self.client_address[0]
+        forwarded = headers.get("x-forwarded-for")
+        headers["x-forwarded-for"] = f"{forwarded}, {client_ip}" if forwarded else client_ip
+        headers["x-forwarded-proto"] = "http"
+        headers["x-forwarded-port"] = str(self.server.server_address[1])
+        domain = headers.get("host") or "{}:{}".format(*self.server.server_address[:2])
+        now = time.time()
+        gmt = time.gmtime(now)
+        event: dict[str, Any] = {
+            "version": "2.0",
+            "routeKey": "$default",
+            "rawPath": raw_path,
+            "rawQueryString": raw_query,
+        }
+        if cookies:
+            event["cookies"] = cookies
+        event["headers"] = headers
+        query = _query_parameters(raw_query)
+        if query:
+            event["queryStringParameters"] = query
+        event["requestContext"] = {
+            "accountId": "000000000000",
+            "apiId": "local" if adapter.kind == "http_api" else "local-url",
+            "domainName": domain,
+            "domainPrefix": domain.split(":", 1)[0].split(".", 1)[0],
+            "http": {
+                "method": self.command,
+                "path": raw_path,
+                "protocol": self.request_version,
+                "sourceIp": client_ip,
+                "userAgent": headers.get("user-agent", ""),
+            },
+            "requestId": request_id,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": time.strftime(f"%d/{_MONTHS[gmt.tm_mon - 1]}/%Y:%H:%M:%S +0000", gmt),
+            "timeEpoch": int(now * 1000),
+        }
+        if body:
+            text = None if _is_binary(headers.get("content-type")) else _utf8(body)
+            event["body"] = text if text is not None else base64.b64encode(body).decode("ascii")
+            event["isBase64Encoded"] = text is None
+        else:
+            event["isBase64Encoded"] = False
+        return event
+
+    def _authorize(self, adapter: LambdaHttpServer, event: dict[str, Any]) -> None:
+        """The JWT authorizer step: no valid bearer token, no invocation.
+
+        Real API Gateway answers 401 `{"message":"Unauthorized"}`; locally the body is the
+        JSON error shape of DESIGN section 4 so clients handle one error format.
+        """
+        if adapter.kind != "http_api" or adapter.authorizer is None:
+            return
+        if event["rawPath"].startswith(adapter.public_path_prefixes):
+            return
+        scheme, _, token = event["headers"].get("authorization", "").strip().partition(" ")
+        token = token.strip()
+        if not scheme:
+            raise _Reject(401, "unauthorized", "missing bearer token")
+        if scheme.lower() != "bearer" or not token or " " in token or "," in token:
+            raise _Reject(401, "unauthorized", "Authorization header must be 'Bearer <token>'")
+        try:
+            claims = adapter.authorizer(token)
+        except Unauthorized as exc:
+            raise _Reject(401, "unauthorized", exc.message) from None
+        event["requestContext"]["authorizer"] = {
+            "jwt": {"claims": {k: _claim_string(v) for k, v in claims.items()}, "scopes": None}
+        }
+
+    # -- response --------------------------------------------------------------------------
+
+    def _send_error(
+        self, status: int, code: str, message: str, request_id: str, *, close: bool = False
+    ) -> None:
+        payload = json.dumps({"error": {"code": code, "message": message}}).encode()
+        headers: list[tuple[str, str]] = [("Content-Type", "application/json")]
+        if status == 401:
+            headers.append(("WWW-Authenticate", "Bearer"))
+        if close:
+            self.close_connection = True
+            headers.append(("Connection", "close"))
+        self._send(status, headers, payload, request_id)
+
+    def _send(self, status: int, headers: list[tuple[str, str]], payload: bytes, request_id: str) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("apigw-requestid", request_id)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+
+def _log_failure(what: str, function_name: str, exc: Exception, request_id: str) -> None:
+    """Only the exception type: its message or traceback may carry secrets from the event."""
+    _LOG.error("%s of %s failed with %s (request %s)", what, function_name, type(exc).__name__, request_id)
+
+
+def _http_response(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Status, headers and body from a payload 2.0 response (ValueError if malformed).
+
+    As API Gateway does, a result without `statusCode` is returned as a 200 JSON body.
+    """
+    if not isinstance(result, dict) or "statusCode" not in result:
+        return 200, [("Content-Type", "application/json")], json.dumps(result).encode()
+    status = result["statusCode"]
+    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+        raise ValueError("statusCode must be an HTTP status")
+    headers: list[tuple[str, str]] = []
+    for name, value in (result.get("headers") or {}).items():
+        if str(name).lower() not in _HOP_BY_HOP:
+            headers.append((str(name), str(value)))
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        if str(name).lower() not in _HOP_BY_HOP:
+            headers.extend((str(name), str(v)) for v in values)
+    headers.extend(("Set-Cookie", str(cookie)) for cookie in result.get("cookies") or [])
+    body = result.get("body")
+    if body is None:
+        payload = b""
+    elif not isinstance(body, str):
+        raise ValueError("body must be a string")
+    elif result.get("isBase64Encoded"):
+        try:
+            payload = base64.b64decode(body, validate=True)
+        except binascii.Error:
+            raise ValueError("body is not valid base64") from None
+    else:
+        payload = body.encode()
+    return status, headers, payload
+
+
+def _query_parameters(raw_query: str) -> dict[str, str]:
+    """Decoded query parameters; a repeated key's values comma-joined, as API Gateway does."""
+    params: dict[str, str] = {}
+    for key, value in parse_qsl(raw_query, keep_blank_values=True):
+        params[key] = f"{params[key]},{value}" if key in params else value
+    return params
+
+
+def _claim_string(value: Any) -> Any:
+    """API Gateway hands claims to the handler as strings: numbers and booleans included,
+    and arrays in its `[a b]` form. Other values (objects) pass through unchanged."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + " ".join(str(_claim_string(v)) for v in value) + "]"
+    return value
+
+
+def _is_binary(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return not (media.startswith(_TEXT_TYPES) or media.endswith(("+json", "+xml")))
+
+
+def _utf8(body: bytes) -> str | None:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _discard(stream: Any, length: int) -> None:
+    with contextlib.suppress(OSError):
+        while length > 0:
+            chunk = stream.read(min(length, 65536))
+            if not chunk:
+                return
+            length -= len(chunk)

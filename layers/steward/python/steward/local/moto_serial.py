@@ -1,0 +1,47 @@
+"""Serialize moto's DynamoDB so that races in tests exercise our logic, not moto's.
+
+Real DynamoDB applies every single-item write atomically: a conditional `UpdateItem` either
+sees the committed item and applies, or fails its condition. moto's DynamoDB is not
+linearizable: two threads handling requests on one item can interleave between evaluating
+the condition and writing the result (20 threads doing a conditional `ADD` overshot the
+limit in 2 of 3 runs, DESIGN section 10). Budget reservations, claims and lifecycle
+transitions rely on that atomicity, so the local stack and the tests must not run on a
+backend that lacks it.
+
+`install_dynamodb_lock()` wraps `moto.dynamodb.responses.DynamoHandler.call_action` with one
+process-wide re-entrant lock. Both front doors reach the backend through that method:
+in-process `mock_aws` (botocore stubber -> `DynamoHandler.dispatch` -> `call_action`) and
+moto server mode (werkzeug app -> the same `dispatch`). Every DynamoDB API call, including
+transactions and batch writes, therefore runs alone. The lock is re-entrant so that a moto
+code path that calls back into DynamoDB on the same thread cannot deadlock. Other services
+are not affected.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from moto.dynamodb.responses import DynamoHandler
+
+_LOCK = threading.RLock()
+_INSTALL_GUARD = threading.Lock()
+_MARKER = "__steward_serialized__"
+
+
+def install_dynamodb_lock() -> None:
+    """Make every moto DynamoDB request run under one process-wide lock. Idempotent."""
+    with _INSTALL_GUARD:
+        original: Callable[..., Any] = DynamoHandler.call_action
+        if getattr(original, _MARKER, False):
+            return
+
+        @functools.wraps(original)
+        def call_action(self: Any) -> Any:
+            with _LOCK:
+                return original(self)
+
+        setattr(call_action, _MARKER, True)
+        DynamoHandler.call_action = call_action  # type: ignore[method-assign]

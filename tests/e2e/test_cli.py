@@ -1,0 +1,135 @@
+"""The CLI as a person uses it: `steward local up` in its own process, commands in others,
+SIGTERM to stop; and `steward demo` from start to finish."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.support.documents import document
+
+STEWARD = [sys.executable, "-m", "steward.cli"]
+
+
+def run(state_file: Path, *args: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
+    extra = ["--user", user] if user else []
+    return subprocess.run(
+        [*STEWARD, "--state-file", str(state_file), *extra, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    state_file = tmp_path_factory.mktemp("cli") / "local.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
+    process = subprocess.Popen(
+        [*STEWARD, "--state-file", str(state_file), "local", "up"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 60
+    while not state_file.exists():
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        assert time.monotonic() < deadline, "local stack did not come up"
+        time.sleep(0.1)
+    yield process, state_file
+    if process.poll() is None:
+        process.kill()
+
+
+def test_plan_commands_print_tables_and_json(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    _, state_file = local_up
+    plan_file = tmp_path / "My Plan.md"
+    plan_file.write_text(document("First change", "Second change"))
+
+    published = run(state_file, "plan", "publish", str(plan_file))
+    assert published.returncode == 0, published.stderr
+    assert "plan my-plan  (draft)" in published.stdout
+    assert "First change" in published.stdout
+
+    confirmed = run(state_file, "--json", "plan", "confirm", "my-plan")
+    assert json.loads(confirmed.stdout)["status"] == "confirmed"
+
+    listed = run(state_file, "plan", "list")
+    assert "my-plan" in listed.stdout
+    assert "confirmed" in listed.stdout
+    tasks = run(state_file, "--json", "tasks", "--plan", "my-plan")
+    assert json.loads(tasks.stdout) == {"tasks": []}
+
+    hidden = run(state_file, "plan", "show", "my-plan", user="bob")
+    assert hidden.returncode == 1
+    assert "404" in hidden.stderr
+    assert "my-plan" in hidden.stderr
+
+
+def test_loop_commands_and_clear_errors(local_up: tuple[subprocess.Popen[str], Path]) -> None:
+    _, state_file = local_up
+    shown = run(
+        state_file, "--json", "loop", "set", "--quiet-hours", "22:00-06:30", "--timezone", "Asia/Tokyo"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["quiet_hours"] == {"start": "22:00", "end": "06:30"}
+    bad = run(state_file, "loop", "set", "--timezone", "Nowhere/Land")
+    assert bad.returncode == 1
+    assert "field: timezone" in bad.stderr
+    missing = run(state_file, "task", "show", "t000000000000000000000000")
+    assert missing.returncode == 1
+    assert "404" in missing.stderr
+
+
+def test_local_token_and_admin_link(local_up: tuple[subprocess.Popen[str], Path]) -> None:
+    _, state_file = local_up
+    token = run(state_file, "local", "token", "erin").stdout.strip()
+    assert token.count(".") == 2
+    linked = run(state_file, "admin", "link-installation", "7", "--user", "alice")
+    assert linked.returncode == 0, linked.stderr
+    assert "linked to alice" in linked.stdout
+    taken = run(state_file, "admin", "link-installation", "7", "--user", "bob")
+    assert taken.returncode == 1
+    assert "another user" in taken.stderr
+    moved = run(state_file, "admin", "link-installation", "7", "--user", "bob", "--force")
+    assert moved.returncode == 0
+
+
+def test_sigterm_stops_everything_and_removes_the_state_file(
+    local_up: tuple[subprocess.Popen[str], Path],
+) -> None:
+    process, state_file = local_up
+    state = json.loads(state_file.read_text())
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0
+    assert not state_file.exists()
+    for key in ("api_url", "aws_endpoint_url"):
+        url = urlparse(state[key])
+        with (
+            pytest.raises(ConnectionRefusedError),
+            socket.create_connection((url.hostname, url.port), timeout=1),
+        ):
+            pass
+
+
+def test_demo_runs_to_completion(tmp_path: Path) -> None:
+    result = run(tmp_path / "demo.json", "demo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "demo: plan published and confirmed" in result.stdout
+    assert not (tmp_path / "demo.json").exists()

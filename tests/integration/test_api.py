@@ -1,0 +1,303 @@
+"""The client API end to end: HTTP through the local adapter (dev JWT verified as API
+Gateway's authorizer would), the real Lambda handler, DynamoDB and S3 on a moto server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from steward.adapters.artifact_store import ArtifactStore
+from steward.adapters.dynamo import Tables
+from steward.config import Settings
+from steward.local.dev_auth import DevIssuer
+from steward.local.stack import LocalStack
+from steward.services.container import Services
+
+from tests.support.documents import document, numbered
+from tests.support.plans import spawn_item
+
+PLAN_KEYS = {"id", "slug", "status", "repo", "title", "content_hash", "items", "created_at", "updated_at"}
+TASK_KEYS = {"id", "plan_slug", "ordinal", "attempt", "status", "classification", "branch", "pr_url"}
+TASK_KEYS |= {"cost_usd", "created_at", "updated_at"}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with LocalStack(state_file=tmp_path_factory.mktemp("stack") / "local.json") as stack:
+        yield stack
+
+
+@pytest.fixture
+def backend(stack: LocalStack) -> Services:
+    """Direct access to the stack's storage, for what only later capabilities do via the API
+    (spawning tasks, writing artifacts)."""
+    endpoint = {"endpoint_url": stack.state["aws_endpoint_url"], "region_name": stack.state["region"]}
+    tables = Tables.connect(stack.state["table_prefix"], **endpoint)
+    settings = Settings(table_prefix=stack.state["table_prefix"])
+    return Services.build(
+        settings, tables, ArtifactStore(settings.artifacts_bucket, client=boto3.client("s3", **endpoint))
+    )
+
+
+class Api:
+    def __init__(self, url: str, token: str | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=30)
+
+    def __call__(self, method: str, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+        return self.http.request(method, path, json=body, **kwargs)
+
+
+@pytest.fixture
+def alice(stack: LocalStack) -> Api:
+    return Api(stack.state["api_url"], stack.state["users"]["alice"])
+
+
+@pytest.fixture
+def bob(stack: LocalStack) -> Api:
+    return Api(stack.state["api_url"], stack.state["users"]["bob"])
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    return dict(body["error"])
+
+
+def test_state_file_lists_endpoints_and_users(stack: LocalStack) -> None:
+    state = json.loads(Path(stack.state_file).read_text())
+    assert {"api_url", "aws_endpoint_url", "users"} <= set(state)
+    assert set(state["users"]) == {"alice", "bob"}
+    assert stack.state_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_publish_confirm_and_read_back(alice: Api) -> None:
+    published = alice("PUT", "/v1/plans/api-basic", {"markdown": document(*numbered(3))})
+    assert published.status_code == 200
+    plan = published.json()
+    assert set(plan) >= PLAN_KEYS
+    assert plan["status"] == "draft"
+    assert [(i["ordinal"], i["status"], i["task_id"]) for i in plan["items"]] == [
+        (1, "pending", None),
+        (2, "pending", None),
+        (3, "pending", None),
+    ]
+    confirmed = alice("POST", "/v1/plans/api-basic/confirm", {"content_hash": plan["content_hash"]})
+    assert confirmed.status_code == 200
+    assert confirmed.json()["status"] == "confirmed"
+    assert alice("POST", "/v1/plans/api-basic/confirm").json()["status"] == "confirmed"
+    assert alice("GET", "/v1/plans/api-basic").json() == confirmed.json()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("not json", "body"),
+        ("[1, 2]", "body"),
+        ("{}", "markdown"),
+        ('{"markdown": "x", "colour": "red"}', "colour"),
+        ('{"markdown": 7}', "markdown"),
+    ],
+)
+def test_bad_bodies_are_400_naming_the_field(alice: Api, body: str, field: str) -> None:
+    response = alice.http.put(
+        "/v1/plans/bad-body", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert error_of(response)["field"] == field
+    assert alice("GET", "/v1/plans/bad-body").status_code == 404  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("markdown", "field", "line"),
+    [
+        ("# no front matter\n- [ ] x\n", "front_matter", 1),
+        ("---\nrepo: nope\nchecks: [pytest]\n---\n- [ ] x\n", "front_matter.repo", 2),
+        ("---\nrepo: a/b\nchecks: []\n---\n- [ ] x\n", "front_matter.checks", 3),
+        ("---\nrepo: a/b\nchecks: [t]\nbudget_usd: 0\n---\n- [ ] x\n", "front_matter.budget_usd", 4),
+        ("---\nrepo: a/b\nchecks: [t]\nbudget_usd: 1000\n---\n- [ ] x\n", "front_matter.budget_usd", 4),
+        ("---\nrepo: a/b\nchecks: [t]\ncolour: red\n---\n- [ ] x\n", "front_matter.colour", 4),
+        ("---\nrepo: a/b\nchecks: [t]\n---\n# Title only\n", "items", 5),
+    ],
+)
+def test_invalid_documents_are_422_with_field_and_line(
+    alice: Api, markdown: str, field: str, line: int
+) -> None:
+    response = alice("PUT", "/v1/plans/invalid-doc", {"markdown": markdown})
+    assert response.status_code == 422
+    error = error_of(response)
+    assert (error["field"], error["line"]) == (field, line)
+    assert alice("GET", "/v1/plans/invalid-doc").status_code == 404
+
+
+def test_too_many_items_and_too_large_documents(alice: Api) -> None:
+    response = alice("PUT", "/v1/plans/big", {"markdown": document(*numbered(101))})
+    assert response.status_code == 422
+    assert error_of(response)["field"] == "items"
+    huge = document("One\n" + "x" * (256 * 1024))
+    response = alice("PUT", "/v1/plans/big", {"markdown": huge})
+    assert response.status_code == 413
+    assert error_of(response)["code"] == "too_large"
+    assert alice("GET", "/v1/plans/big").status_code == 404
+
+
+@pytest.mark.parametrize("slug", ["Upper", "-dash", "a" * 64, "under_score"])
+def test_bad_slug_is_400(alice: Api, slug: str) -> None:
+    response = alice("PUT", f"/v1/plans/{slug}", {"markdown": document("One")})
+    assert response.status_code == 400
+    assert error_of(response)["field"] == "slug"
+
+
+def test_missing_or_invalid_token_is_401(stack: LocalStack, tmp_path: Path) -> None:
+    url = stack.state["api_url"]
+    stranger = DevIssuer.load_or_create(tmp_path / "other.pem").mint("alice")
+    for token in (None, "not-a-jwt", stranger, stack.state["users"]["alice"][:-4] + "AAAA"):
+        response = Api(url, token)("GET", "/v1/plans")
+        assert response.status_code == 401
+        assert error_of(response)["code"] == "unauthorized"
+
+
+def test_lifecycle_violation_is_409(alice: Api) -> None:
+    alice("PUT", "/v1/plans/archived", {"markdown": document("One")})
+    assert alice("POST", "/v1/plans/archived/archive").json()["status"] == "archived"
+    for action in ("confirm", "submit"):
+        response = alice("POST", f"/v1/plans/archived/{action}")
+        assert response.status_code == 409
+        assert error_of(response)["code"] == "lifecycle"
+    assert alice("PUT", "/v1/plans/archived", {"markdown": document("Two")}).status_code == 409
+
+
+def test_another_users_plan_and_task_are_404(alice: Api, bob: Api, backend: Services) -> None:
+    alice("PUT", "/v1/plans/private", {"markdown": document("Secret work")})
+    alice("POST", "/v1/plans/private/confirm")
+    task, _ = spawn_item(backend, backend.plans.get("alice", "private"), 1)
+    for method, path in [
+        ("GET", "/v1/plans/private"),
+        ("POST", "/v1/plans/private/confirm"),
+        ("POST", "/v1/plans/private/submit"),
+        ("POST", "/v1/plans/private/archive"),
+        ("GET", f"/v1/tasks/{task.id}"),
+        ("GET", f"/v1/tasks/{task.id}/events"),
+        ("GET", f"/v1/tasks/{task.id}/screen"),
+        ("GET", f"/v1/tasks/{task.id}/artifacts/diff.patch"),
+        ("POST", f"/v1/tasks/{task.id}/cancel"),
+        ("POST", f"/v1/tasks/{task.id}/retry"),
+    ]:
+        response = bob(method, path)
+        assert response.status_code == 404, (method, path)
+    assert bob("GET", "/v1/tasks").json()["tasks"] == []
+    assert bob("GET", "/v1/tasks", params={"plan": "private"}).json()["tasks"] == []
+    assert all(p["slug"] != "private" for p in bob("GET", "/v1/plans").json()["plans"])
+    # bob's requests changed nothing
+    assert alice("GET", "/v1/plans/private").json()["status"] == "in_progress"
+    assert alice("GET", f"/v1/tasks/{task.id}").json()["status"] == "queued"
+
+
+def test_list_routes_paginate(stack: LocalStack, alice: Api, bob: Api) -> None:
+    carol = Api(
+        stack.state["api_url"], DevIssuer.load_or_create(stack.state_dir / "dev-jwt-key.pem").mint("carol")
+    )
+    for n in range(5):
+        carol("PUT", f"/v1/plans/page-{n}", {"markdown": document(f"Item {n}")})
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = carol("GET", "/v1/plans", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()
+        seen += [p["slug"] for p in page["plans"]]
+        pages += 1
+        cursor = page["next"]
+        if not cursor:
+            break
+    assert sorted(seen) == [f"page-{n}" for n in range(5)]
+    assert pages >= 3
+    first = carol("GET", "/v1/plans", params={"limit": 2}).json()
+    assert bob("GET", "/v1/plans", params={"cursor": first["next"]}).status_code == 400
+    assert carol("GET", "/v1/plans", params={"cursor": "%%%"}).status_code == 400
+    assert carol("GET", "/v1/plans", params={"limit": 0}).json()["error"]["field"] == "limit"
+
+
+def test_tasks_events_screen_and_artifacts(alice: Api, backend: Services, stack: LocalStack) -> None:
+    alice("PUT", "/v1/plans/with-tasks", {"markdown": document(*numbered(2))})
+    alice("POST", "/v1/plans/with-tasks/confirm")
+    task, _ = spawn_item(backend, backend.plans.get("alice", "with-tasks"), 2)
+
+    listed = alice("GET", "/v1/tasks", params={"plan": "with-tasks"}).json()
+    assert [t["id"] for t in listed["tasks"]] == [task.id]
+    shown = alice("GET", f"/v1/tasks/{task.id}").json()
+    assert set(shown) >= TASK_KEYS
+    assert (shown["plan_slug"], shown["ordinal"], shown["attempt"], shown["status"]) == (
+        "with-tasks",
+        2,
+        1,
+        "queued",
+    )
+    assert shown["branch"] == "steward/" + task.id[1:]
+    assert alice("GET", "/v1/plans/with-tasks").json()["items"][1]["task_id"] == task.id
+
+    assert alice("GET", f"/v1/tasks/{task.id}/events").json() == {"events": [], "next": 0}
+    assert alice("GET", f"/v1/tasks/{task.id}/events", params={"after": -1}).status_code == 400
+    assert alice("GET", f"/v1/tasks/{task.id}/screen").json()["screen"] == ""
+
+    missing = alice("GET", f"/v1/tasks/{task.id}/artifacts/diff.patch")
+    assert missing.status_code == 404
+    assert alice("GET", f"/v1/tasks/{task.id}/artifacts/secrets.txt").status_code == 404
+    backend.tasks.artifacts.put(task.id, "diff.patch", b"--- a\n+++ b\n", "text/x-diff")
+    found = alice("GET", f"/v1/tasks/{task.id}/artifacts/diff.patch")
+    assert found.status_code == 302
+    assert httpx.get(found.headers["location"]).content == b"--- a\n+++ b\n"
+
+
+def test_cancel_and_retry(alice: Api, backend: Services) -> None:
+    alice("PUT", "/v1/plans/cancel-me", {"markdown": document("Only item")})
+    alice("POST", "/v1/plans/cancel-me/confirm")
+    task, _ = spawn_item(backend, backend.plans.get("alice", "cancel-me"), 1)
+    assert alice("POST", f"/v1/tasks/{task.id}/retry").status_code == 409  # still queued
+    cancelled = alice("POST", f"/v1/tasks/{task.id}/cancel")
+    assert cancelled.status_code == 200
+    assert (cancelled.json()["status"], cancelled.json()["classification"]) == ("cancelled", "final")
+    assert alice("POST", f"/v1/tasks/{task.id}/cancel").json()["status"] == "cancelled"
+    retried = alice("POST", f"/v1/tasks/{task.id}/retry")
+    assert retried.status_code == 202
+    item = alice("GET", "/v1/plans/cancel-me").json()["items"][0]
+    assert (item["status"], item["task_id"]) == ("pending", task.id)
+
+
+def test_loop_settings(stack: LocalStack) -> None:
+    dave = Api(
+        stack.state["api_url"], DevIssuer.load_or_create(stack.state_dir / "dev-jwt-key.pem").mint("dave")
+    )
+    defaults = dave("GET", "/v1/loop").json()
+    assert defaults["enabled"] is True
+    assert defaults["timezone"] == "UTC"
+    updated = dave(
+        "PUT",
+        "/v1/loop",
+        {"paused": True, "quiet_hours": {"start": "22:00", "end": "07:00"}, "timezone": "Europe/Berlin"},
+    )
+    assert updated.status_code == 200
+    assert dave("GET", "/v1/loop").json() == {**defaults, **updated.json()} == updated.json()
+    assert updated.json()["paused"] is True
+    for body, field in [
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"quiet_hours": {"start": "25:00", "end": "07:00"}}, "quiet_hours.start"),
+        ({"max_parallel": 0}, "max_parallel"),
+        ({"colour": "red"}, "colour"),
+    ]:
+        response = dave("PUT", "/v1/loop", body)
+        assert response.status_code == 400
+        assert error_of(response)["field"] == field
+    assert dave("GET", "/v1/loop").json() == updated.json()
+    cleared = dave("PUT", "/v1/loop", {"quiet_hours": None}).json()
+    assert cleared["quiet_hours"] is None
+
+
+def test_unknown_route_is_a_json_404(alice: Api) -> None:
+    response = alice("GET", "/v1/nothing-here")
+    assert response.status_code == 404
+    assert error_of(response)["code"] == "not_found"

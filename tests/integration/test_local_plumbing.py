@@ -1,0 +1,565 @@
+"""Local-stack plumbing: moto server, serialized DynamoDB, dev JWT issuer, Lambda HTTP adapter.
+
+Real sockets on 127.0.0.1, a real moto server, no mocks.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import socket
+import stat
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import jwt
+import pytest
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from cryptography.hazmat.primitives import serialization
+from moto import mock_aws
+from moto.dynamodb.responses import DynamoHandler
+from steward.domain.errors import Unauthorized
+from steward.local.dev_auth import DevIssuer
+from steward.local.http_adapter import LambdaHttpServer
+from steward.local.moto_serial import install_dynamodb_lock
+from steward.local.moto_server import MotoServer, wait_until_ready
+
+pytestmark = pytest.mark.integration
+
+REGION = "us-east-1"
+
+
+# -- moto server and the DynamoDB lock ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    with MotoServer() as server:
+        yield server.url
+
+
+def _dynamodb(endpoint_url: str | None = None) -> Any:
+    return boto3.client(
+        "dynamodb",
+        region_name=REGION,
+        endpoint_url=endpoint_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(max_pool_connections=32, retries={"max_attempts": 1}),
+    )
+
+
+def _create_table(client: Any) -> str:
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
+def _race(client: Any, table: str, threads: int = 20, limit: int = 10) -> tuple[int, int, int]:
+    """`threads` conditional ADDs at once; returns (final n, successes, condition failures)."""
+    key = {"pk": {"S": "counter"}}
+    client.put_item(TableName=table, Item={**key, "n": {"N": "0"}})
+    barrier = threading.Barrier(threads)
+
+    def bump(_: int) -> str:
+        barrier.wait()
+        try:
+            client.update_item(
+                TableName=table,
+                Key=key,
+                UpdateExpression="ADD n :one",
+                ConditionExpression="n < :limit",
+                ExpressionAttributeValues={":one": {"N": "1"}, ":limit": {"N": str(limit)}},
+            )
+        except ClientError as exc:  # not client.exceptions.X: botocore builds those lazily, racily
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return "failed"
+        return "ok"
+
+    with ThreadPoolExecutor(threads) as pool:
+        outcomes = list(pool.map(bump, range(threads)))
+    item = client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    return int(item["n"]["N"]), outcomes.count("ok"), outcomes.count("failed")
+
+
+def test_moto_server_serves_dynamodb_and_stop_frees_the_port() -> None:
+    server = MotoServer()
+    server.start()
+    url = server.url
+    assert url.startswith("http://127.0.0.1:")
+    port = int(url.rsplit(":", 1)[1])
+    wait_until_ready(url, timeout=5)
+
+    client = _dynamodb(url)
+    table = _create_table(client)
+    client.put_item(TableName=table, Item={"pk": {"S": "a"}, "v": {"S": "hello"}})
+    got = client.get_item(TableName=table, Key={"pk": {"S": "a"}}, ConsistentRead=True)
+    assert got["Item"]["v"] == {"S": "hello"}
+    client.close()
+
+    server.stop()
+    with pytest.raises(RuntimeError):
+        _ = server.url
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+    with socket.socket() as probe:  # a new server can take the port
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+        probe.listen()
+
+
+def test_moto_server_on_a_taken_port_raises_instead_of_hanging() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError, match="in use"):
+            MotoServer(port=taken.getsockname()[1]).start()
+
+
+def test_install_dynamodb_lock_is_idempotent() -> None:
+    install_dynamodb_lock()
+    wrapped = DynamoHandler.call_action
+    install_dynamodb_lock()
+    assert DynamoHandler.call_action is wrapped
+
+
+@pytest.fixture
+def eager_thread_switching() -> Iterator[None]:
+    """Switch threads every 10 us so that an unserialized moto overshoots in most runs."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(previous)
+
+
+@pytest.mark.usefixtures("eager_thread_switching")
+@pytest.mark.parametrize("run", range(3))
+def test_conditional_add_is_atomic_against_the_moto_server(moto_url: str, run: int) -> None:
+    client = _dynamodb(moto_url)
+    assert _race(client, _create_table(client)) == (10, 10, 10)
+
+
+@pytest.mark.usefixtures("eager_thread_switching")
+@pytest.mark.parametrize("run", range(3))
+def test_conditional_add_is_atomic_in_process(run: int) -> None:
+    install_dynamodb_lock()
+    with mock_aws():
+        client = _dynamodb()
+        assert _race(client, _create_table(client)) == (10, 10, 10)
+
+
+# -- dev identities ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def key_path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "keys" / "dev-issuer.pem"
+
+
+@pytest.fixture
+def issuer(key_path: Path) -> DevIssuer:
+    return DevIssuer.load_or_create(key_path)
+
+
+def _forge(key_path: Path, kid: str, **overrides: Any) -> str:
+    """A token signed by the issuer's own key with chosen claims (to test claim checks)."""
+    now = int(time.time())
+    claims = {"iss": "steward-local", "aud": "steward", "sub": "alice", "iat": now, "nbf": now}
+    claims["exp"] = now + 600
+    claims.update(overrides)
+    claims = {k: v for k, v in claims.items() if v is not None}
+    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    return jwt.encode(claims, key, algorithm="ES256", headers={"kid": kid})  # type: ignore[arg-type]
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _rejected(issuer: DevIssuer, token: str, reason: str) -> None:
+    with pytest.raises(Unauthorized) as caught:
+        issuer.verify(token)
+    assert reason in caught.value.message
+    for part in [token, *token.split(".")]:
+        assert not part or part not in caught.value.message
+
+
+def test_dev_token_round_trip(issuer: DevIssuer) -> None:
+    token = issuer.mint("alice")
+    assert jwt.get_unverified_header(token)["kid"] == issuer.kid
+    claims = issuer.verify(token)
+    assert claims["sub"] == "alice"
+    assert claims["iss"] == "steward-local"
+    assert claims["aud"] == "steward"
+    assert claims["token_use"] == "access"
+    assert isinstance(claims["exp"], int)
+    assert isinstance(claims["iat"], int)
+    assert claims["exp"] - claims["iat"] == 12 * 3600
+    assert claims["nbf"] == claims["iat"]
+    assert claims["jti"] != issuer.verify(issuer.mint("alice"))["jti"]
+
+
+def test_dev_token_claim_checks(issuer: DevIssuer, key_path: Path) -> None:
+    now = int(time.time())
+    kid = issuer.kid
+    _rejected(issuer, _forge(key_path, kid, iat=now - 7200, nbf=now - 7200, exp=now - 60), "expired")
+    _rejected(issuer, _forge(key_path, kid, aud="someone-else"), "audience")
+    _rejected(issuer, _forge(key_path, kid, iss="https://evil.example"), "issuer")
+    _rejected(issuer, _forge(key_path, kid, nbf=now + 600), "not valid yet")
+    _rejected(issuer, _forge(key_path, kid, exp=None), "'exp'")
+    _rejected(issuer, _forge(key_path, kid, sub=None), "'sub'")
+    # within the 30 s leeway a just-expired token still passes
+    assert issuer.verify(_forge(key_path, kid, exp=now - 10))["sub"] == "alice"
+
+
+def test_dev_token_tampering_and_foreign_keys(issuer: DevIssuer) -> None:
+    token = issuer.mint("alice")
+    header, payload, signature = token.split(".")
+
+    flipped = signature[:10] + ("A" if signature[10] != "A" else "B") + signature[11:]
+    _rejected(issuer, f"{header}.{payload}.{flipped}", "signature")
+
+    as_bob = json.loads(base64.urlsafe_b64decode(payload + "==")) | {"sub": "bob"}
+    _rejected(issuer, f"{header}.{_b64(json.dumps(as_bob).encode())}.{signature}", "signature")
+
+    other = DevIssuer.generate()
+    _rejected(issuer, other.mint("alice"), "key id")
+    # another key that claims our kid: the signature check catches it
+    now = int(time.time())
+    claims = {"iss": "steward-local", "aud": "steward", "sub": "alice", "iat": now, "exp": now + 60}
+    forged = jwt.encode(claims, other._private_key, algorithm="ES256", headers={"kid": issuer.kid})
+    _rejected(issuer, forged, "signature")
+
+    _rejected(issuer, "not-a-jwt", "malformed")
+    _rejected(issuer, "", "missing")
+
+
+def test_dev_token_rejects_none_and_hmac_algorithms(issuer: DevIssuer, key_path: Path) -> None:
+    now = int(time.time())
+    claims = {"iss": "steward-local", "aud": "steward", "sub": "alice", "iat": now, "exp": now + 60}
+    body = _b64(json.dumps(claims).encode())
+
+    none_header = _b64(json.dumps({"alg": "none", "typ": "JWT", "kid": issuer.kid}).encode())
+    _rejected(issuer, f"{none_header}.{body}.", "algorithm")
+
+    # key confusion: HS256 keyed with the public key, the classic attack on RS/ES verifiers
+    public_pem = issuer._private_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    hs_header = _b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": issuer.kid}).encode())
+    mac = hmac.new(public_pem, f"{hs_header}.{body}".encode(), hashlib.sha256).digest()
+    _rejected(issuer, f"{hs_header}.{body}.{_b64(mac)}", "algorithm")
+
+
+def test_dev_issuer_key_file_is_private_and_reloads(issuer: DevIssuer, key_path: Path) -> None:
+    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_path.parent.stat().st_mode) == 0o700
+    assert list(key_path.parent.iterdir()) == [key_path]  # no temporary file left behind
+    token = issuer.mint("bob")
+
+    reloaded = DevIssuer.load_or_create(key_path)
+    assert reloaded.kid == issuer.kid
+    assert reloaded.verify(token)["sub"] == "bob"
+    assert issuer.verify(reloaded.mint("carol"))["sub"] == "carol"
+    assert reloaded.jwks()["keys"] == issuer.jwks()["keys"]
+
+
+# -- Lambda HTTP adapter -----------------------------------------------------------------------
+
+
+class Recorder:
+    """A handler that answers with the event it received, and counts its calls."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.contexts: list[Any] = []
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        self.events.append(event)
+        self.contexts.append(context)
+        return {
+            "statusCode": 200,
+            "headers": {"content-type": "application/json", "x-echo": "yes"},
+            "cookies": ["session=abc; Path=/", "theme=dark"],
+            "body": json.dumps(event),
+            "isBase64Encoded": False,
+        }
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def api(recorder: Recorder, issuer: DevIssuer) -> Iterator[LambdaHttpServer]:
+    with LambdaHttpServer(
+        recorder,
+        kind="http_api",
+        authorizer=issuer.verify,
+        public_path_prefixes=("/v1/mint/",),
+        max_body_bytes=1024,
+        function_name="steward-api",
+    ) as server:
+        yield server
+
+
+def test_adapter_builds_the_http_api_event(
+    api: LambdaHttpServer, issuer: DevIssuer, recorder: Recorder
+) -> None:
+    token = issuer.mint("alice")
+    response = httpx.post(
+        f"{api.url}/v1/plans/demo/submit?a=1&a=2&b=x%20y&empty=",
+        headers=[
+            ("Authorization", f"Bearer {token}"),
+            ("X-Multi", "one"),
+            ("X-Multi", "two"),
+            ("Cookie", "c1=v1; c2=v2"),
+            ("Content-Type", "application/json"),
+        ],
+        content=b'{"hello": "w\xc3\xb6rld"}',
+    )
+    assert response.status_code == 200
+    assert response.headers["x-echo"] == "yes"
+    assert response.headers.get_list("set-cookie") == ["session=abc; Path=/", "theme=dark"]
+    assert response.headers["apigw-requestid"]
+    event = response.json()
+    assert event == recorder.events[0]
+
+    assert event["version"] == "2.0"
+    assert event["routeKey"] == "$default"
+    assert event["rawPath"] == "/v1/plans/demo/submit"
+    assert event["rawQueryString"] == "a=1&a=2&b=x%20y&empty="
+    assert event["queryStringParameters"] == {"a": "1,2", "b": "x y", "empty": ""}
+    assert event["cookies"] == ["c1=v1", "c2=v2"]
+    headers = event["headers"]
+    assert headers["x-multi"] == "one,two"
+    assert headers["authorization"] == f"Bearer {token}"
+    assert "cookie" not in headers
+    assert all(name == name.lower() for name in headers)
+    assert headers["x-forwarded-for"] == "127.0.0.1"
+    assert event["body"] == '{"hello": "wörld"}'
+    assert event["isBase64Encoded"] is False
+
+    ctx = event["requestContext"]
+    assert ctx["accountId"] == "000000000000"
+    assert ctx["apiId"] == "local"
+    assert ctx["stage"] == "$default"
+    assert ctx["routeKey"] == "$default"
+    assert ctx["domainName"] == api.url.removeprefix("http://")
+    assert ctx["domainPrefix"] == "127"
+    assert ctx["http"] == {
+        "method": "POST",
+        "path": "/v1/plans/demo/submit",
+        "protocol": "HTTP/1.1",
+        "sourceIp": "127.0.0.1",
+        "userAgent": headers["user-agent"],
+    }
+    assert str(uuid.UUID(ctx["requestId"])) == ctx["requestId"]
+    assert abs(ctx["timeEpoch"] / 1000 - time.time()) < 60
+    time.strptime(ctx["time"], "%d/%b/%Y:%H:%M:%S +0000")
+    claims = ctx["authorizer"]["jwt"]["claims"]
+    assert ctx["authorizer"]["jwt"]["scopes"] is None
+    assert claims["sub"] == "alice"
+    assert claims["iat"] == str(issuer.verify(token)["iat"])  # numbers arrive as strings
+    assert all(isinstance(value, str) for value in claims.values())
+
+    context = recorder.contexts[0]
+    assert context.function_name == "steward-api"
+    assert context.function_version == "$LATEST"
+    assert context.memory_limit_in_mb == 512
+    assert context.invoked_function_arn.endswith(":function:steward-api")
+    assert 0 < context.get_remaining_time_in_millis() <= 30_000
+
+
+def test_adapter_get_without_query_or_body(api: LambdaHttpServer, issuer: DevIssuer) -> None:
+    response = httpx.get(f"{api.url}/v1/plans", headers={"Authorization": f"Bearer {issuer.mint('bob')}"})
+    event = response.json()
+    assert event["rawQueryString"] == ""
+    assert "queryStringParameters" not in event
+    assert "body" not in event
+    assert "cookies" not in event
+    assert event["requestContext"]["http"]["method"] == "GET"
+    assert event["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] == "bob"
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer", "Bearer not.a.jwt", "Basic YWxpY2U6c2VjcmV0", "Bearer a b"],
+)
+def test_adapter_rejects_missing_or_bad_tokens(
+    api: LambdaHttpServer, recorder: Recorder, authorization: str | None
+) -> None:
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    response = httpx.get(f"{api.url}/v1/plans", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert response.json()["error"]["message"]
+    assert recorder.events == []
+
+
+def test_adapter_rejects_foreign_and_expired_tokens(api: LambdaHttpServer, recorder: Recorder) -> None:
+    foreign = DevIssuer.generate().mint("alice")
+    response = httpx.get(f"{api.url}/v1/plans", headers={"Authorization": f"Bearer {foreign}"})
+    assert response.status_code == 401
+    assert foreign not in response.text
+    assert recorder.events == []
+
+
+def test_adapter_public_prefix_skips_the_authorizer(api: LambdaHttpServer, recorder: Recorder) -> None:
+    response = httpx.post(f"{api.url}/v1/mint/ticket", json={"ticket": "t"})
+    assert response.status_code == 200
+    event = response.json()
+    assert "authorizer" not in event["requestContext"]
+    assert json.loads(event["body"]) == {"ticket": "t"}
+    # a dot segment cannot turn a public prefix into a private route
+    dotted = httpx.get(f"{api.url}/v1/mint/../plans")
+    assert dotted.status_code in (400, 401)
+    assert len(recorder.events) == 1
+
+
+def test_adapter_refuses_oversized_bodies(
+    api: LambdaHttpServer, issuer: DevIssuer, recorder: Recorder
+) -> None:
+    auth = {"Authorization": f"Bearer {issuer.mint('alice')}"}
+    for size in (1025, 4 * 1024 * 1024):  # the second is larger than any socket buffer
+        response = httpx.put(f"{api.url}/v1/plans/big", headers=auth, content=b"x" * size, timeout=30)
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "too_large"
+    assert recorder.events == []
+    assert httpx.put(f"{api.url}/v1/plans/ok", headers=auth, content=b"x" * 1024).status_code == 200
+
+
+def test_adapter_handler_exception_is_a_json_500(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        raise RuntimeError("secret-value-in-message")
+
+    with (
+        caplog.at_level(logging.ERROR, logger="steward.local.http_adapter"),
+        LambdaHttpServer(broken, kind="function_url") as server,
+    ):
+        response = httpx.post(f"{server.url}/hook", content=b"payload-marker")
+    assert response.status_code == 500
+    assert response.json() == {"error": {"code": "internal", "message": "internal error"}}
+    assert "RuntimeError" in caplog.text
+    assert "secret-value-in-message" not in caplog.text
+    assert "payload-marker" not in caplog.text
+
+
+def test_adapter_binary_body_round_trip() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def echo_bytes(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        seen.append(event)
+        data = base64.b64decode(event["body"]) if event["isBase64Encoded"] else event["body"].encode()
+        return {
+            "statusCode": 201,
+            "headers": {"content-type": "application/octet-stream"},
+            "body": base64.b64encode(data[::-1]).decode(),
+            "isBase64Encoded": True,
+        }
+
+    payload = bytes(range(256)) * 4
+    with LambdaHttpServer(echo_bytes, kind="function_url") as server:
+        binary = httpx.post(
+            f"{server.url}/blob", content=payload, headers={"content-type": "application/octet-stream"}
+        )
+        invalid_utf8 = httpx.post(
+            f"{server.url}/blob", content=b"\xff\xfe", headers={"content-type": "text/plain"}
+        )
+    assert binary.status_code == 201
+    assert binary.content == payload[::-1]
+    assert seen[0]["isBase64Encoded"] is True
+    assert seen[0]["requestContext"]["apiId"] == "local-url"
+    assert "authorizer" not in seen[0]["requestContext"]
+    assert invalid_utf8.content == b"\xfe\xff"
+    assert seen[1]["isBase64Encoded"] is True
+
+
+def test_adapter_infers_a_json_response_like_api_gateway() -> None:
+    with LambdaHttpServer(lambda event, context: {"ok": True}, kind="function_url") as server:
+        response = httpx.get(f"{server.url}/")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"ok": True}
+
+
+def test_powertools_resolver_runs_through_the_adapter(issuer: DevIssuer) -> None:
+    app = APIGatewayHttpResolver()
+    logger = Logger(service="steward-test", level="WARNING")
+
+    @app.get("/v1/ping")
+    def ping() -> dict[str, Any]:
+        claims = app.current_event.request_context.authorizer.jwt_claim
+        return {"sub": claims["sub"]}
+
+    @logger.inject_lambda_context
+    def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return app.resolve(event, context)
+
+    with (
+        LambdaHttpServer(lambda_handler, kind="http_api", authorizer=issuer.verify) as server,
+        httpx.Client(base_url=server.url) as client,
+    ):
+        ok = client.get("/v1/ping", headers={"Authorization": f"Bearer {issuer.mint('alice')}"})
+        missing = client.get("/v1/nope", headers={"Authorization": f"Bearer {issuer.mint('alice')}"})
+        anonymous = client.get("/v1/ping")
+    assert ok.status_code == 200
+    assert ok.json() == {"sub": "alice"}
+    assert missing.status_code == 404
+    assert anonymous.status_code == 401
+
+
+def test_adapter_runs_one_invocation_at_a_time_unless_told_otherwise() -> None:
+    active = 0
+    peak = 0
+    guard = threading.Lock()
+
+    def slow(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        nonlocal active, peak
+        with guard:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.1)
+        with guard:
+            active -= 1
+        return {"statusCode": 204}
+
+    with LambdaHttpServer(slow, kind="function_url") as server, ThreadPoolExecutor(4) as pool:
+        codes = list(pool.map(lambda _: httpx.get(server.url).status_code, range(4)))
+    assert codes == [204] * 4
+    assert peak == 1
+
+    meeting = threading.Barrier(2, timeout=5)
+
+    def rendezvous(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        meeting.wait()  # only passes if two invocations run at once
+        return {"statusCode": 204}
+
+    with (
+        LambdaHttpServer(rendezvous, kind="function_url", invocation_lock=contextlib.nullcontext()) as server,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        codes = list(pool.map(lambda _: httpx.get(server.url).status_code, range(2)))
+    assert codes == [204, 204]
