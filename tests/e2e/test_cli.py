@@ -131,5 +131,6 @@ def test_sigterm_stops_everything_and_removes_the_state_file(
 def test_demo_runs_to_completion(tmp_path: Path) -> None:
     result = run(tmp_path / "demo.json", "demo")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "demo: plan published and confirmed" in result.stdout
+    assert "the plan is completed" in result.stdout
+    assert "runner not built" in result.stdout
     assert not (tmp_path / "demo.json").exists()

@@ -84,6 +84,10 @@ TASKS = TableSpec(
     indexes=(
         Index("by_user", Key("user"), Key("created_key")),
         Index("by_plan", Key("plan_id"), Key("created_key")),
+        # Sparse: only non-terminal tasks carry live_user/live_shard/deadline, so the
+        # heartbeat reads a user's live tasks and the reaper the overdue ones, never history.
+        Index("live_by_user", Key("live_user"), Key("created_key")),
+        Index("live_deadline", Key("live_shard"), Key("deadline")),
     ),
     doc="One item per task attempt, created only by spawn (attribute_not_exists).",
 )
@@ -96,6 +100,9 @@ EVENTS = TableSpec(
 USERS = TableSpec(
     "users",
     partition=Key("user"),
+    # Sparse: live_shard is present only while the user's loop is enabled and may have live
+    # work, so the scheduler's cost grows with active users, not all users.
+    indexes=(Index("live", Key("live_shard"), Key("user")),),
     doc="Per-user loop settings, event watermark, heartbeat lease and spawn counters.",
 )
 INSTALLATIONS = TableSpec(
@@ -105,4 +112,12 @@ INSTALLATIONS = TableSpec(
     doc="GitHub App installations: owner sub, account, repositories, suspended.",
 )
 
-ALL_TABLES: tuple[TableSpec, ...] = (PLANS, TASKS, EVENTS, USERS, INSTALLATIONS)
+TICKETS = TableSpec(
+    "tickets",
+    partition=Key("ticket_hash"),
+    ttl_attribute="expires_epoch",
+    doc="One-time runtime tickets, stored as hashes; consumed by a conditional delete. TTL only "
+    "cleans up: expiry is checked on use.",
+)
+
+ALL_TABLES: tuple[TableSpec, ...] = (PLANS, TASKS, EVENTS, USERS, INSTALLATIONS, TICKETS)

@@ -16,12 +16,16 @@ from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import (
     Tables,
+    cancellation_reasons,
     decode_cursor,
+    deserialize,
     encode_cursor,
+    error_code,
     is_conditional_failure,
     old_item,
     plain,
 )
+from steward.adapters.user_store import wake_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, NotFound
 from steward.domain.models import Plan, PlanItem, PlanStatus, iso
@@ -47,6 +51,7 @@ def item_to_plan(item: dict[str, Any]) -> Plan:
 
 class PlanStore:
     def __init__(self, tables: Tables) -> None:
+        self._tables = tables
         self._table = tables.table(PLANS)
 
     def get(self, user: str, slug: str) -> Plan | None:
@@ -59,7 +64,7 @@ class PlanStore:
             raise NotFound(f"no plan {slug!r}", field="slug")
         return plan
 
-    def list(self, user: str, *, limit: int, cursor: str | None) -> tuple[list[Plan], str | None]:
+    def page(self, user: str, *, limit: int, cursor: str | None) -> tuple[list[Plan], str | None]:
         kwargs: dict[str, Any] = {
             "KeyConditionExpression": "#u = :u",
             "ExpressionAttributeNames": {"#u": "user"},
@@ -108,6 +113,7 @@ class PlanStore:
         extra_condition: str = "",
         extra_values: dict[str, Any] | None = None,
         noop: Any = None,
+        wake: bool = False,
     ) -> Plan:
         """One conditional UpdateItem. On a failed condition the old item (returned with the
         failure, no extra read) decides: already there is success, anything else is the
@@ -121,21 +127,20 @@ class PlanStore:
             **(extra_values or {}),
         }
         from_list = ", ".join(f":from{i}" for i in range(len(allowed_from)))
-        condition = f"attribute_exists(#u) AND #s IN ({from_list})" + extra_condition
+        update: dict[str, Any] = {
+            "Key": {"user": user, "slug": slug},
+            "UpdateExpression": f"SET #s = :target, updated_at = :now{extra_set} ADD #v :one{extra_add}",
+            "ConditionExpression": f"attribute_exists(#u) AND #s IN ({from_list})" + extra_condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
         try:
-            result = self._table.update_item(
-                Key={"user": user, "slug": slug},
-                UpdateExpression=f"SET #s = :target, updated_at = :now{extra_set} ADD #v :one{extra_add}",
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            if wake:
+                return self._update_and_wake(user, update)
+            result = self._table.update_item(**update, ReturnValues="ALL_NEW")
         except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-            current = old_item(exc)
+            current = self._failed_condition_item(exc)
             if current is None:
                 raise NotFound(f"no plan {slug!r}", field="slug") from exc
             plan = item_to_plan(current)
@@ -144,6 +149,33 @@ class PlanStore:
                 noop(plan)
             return plan
         return item_to_plan(result["Attributes"])
+
+    def _update_and_wake(self, user: str, update: dict[str, Any]) -> Plan:
+        """The plan update and the owner's loop wake-up in one transaction: the watermark
+        advances (the loop will not take its no-progress shortcut) and the user joins the
+        scheduler's liveness index, or neither happens (DESIGN section 1)."""
+        actions: list[Any] = [
+            {"Update": {"TableName": self._tables.name(PLANS), **update}},
+            {"Update": wake_update(self._tables, user)},
+        ]
+        self._tables.client.transact_write_items(TransactItems=actions)
+        plan = self.get(user, update["Key"]["slug"])
+        if plan is None:  # deleted in between: plans are never deleted, so this is a bug
+            raise NotFound("plan vanished", field="slug")
+        return plan
+
+    @staticmethod
+    def _failed_condition_item(exc: ClientError) -> dict[str, Any] | None:
+        """The plan item a failed condition saw, from UpdateItem or a cancelled transaction;
+        re-raises anything that is not a failed condition."""
+        if is_conditional_failure(exc):
+            return old_item(exc)
+        if error_code(exc) == "TransactionCanceledException":
+            reason = cancellation_reasons(exc)[0]
+            if reason.get("Code") == "ConditionalCheckFailed":
+                raw = reason.get("Item")
+                return deserialize(raw) if raw else None
+        raise exc
 
     def confirm(self, user: str, slug: str, *, content_hash: str | None, now: datetime) -> Plan:
         """Approve the plan's current content (or exactly `content_hash`, if the caller says
@@ -168,6 +200,7 @@ class PlanStore:
             extra_condition=extra_condition,
             extra_values={":seen": content_hash} if content_hash else None,
             noop=already,
+            wake=True,
         )
 
     def submit(self, user: str, slug: str, *, now: datetime) -> Plan:
@@ -189,4 +222,62 @@ class PlanStore:
             rule=lifecycle.archive,
             now=now,
             extra_set=", archived_at = :now",
+            wake=True,
         )
+
+    # ---- loop
+    def all_for_user(self, user: str) -> list[Plan]:
+        """Every plan of the user (the heartbeat's desired state), all pages."""
+        plans: list[Plan] = []
+        cursor = None
+        while True:
+            page, cursor = self.page(user, limit=100, cursor=cursor)
+            plans += page
+            if cursor is None:
+                return plans
+
+    def mark_in_progress(self, user: str, slug: str, *, now: datetime) -> bool:
+        return self._loop_update(user, slug, "#s = :confirmed", PlanStatus.IN_PROGRESS, now=now, values={})
+
+    def complete(self, user: str, slug: str, *, version: int, now: datetime) -> bool:
+        """Complete the plan only as it was judged complete: a publish or spawn in between
+        bumps `version` and the next tick judges again."""
+        return self._loop_update(
+            user,
+            slug,
+            "#s IN (:confirmed, :in_progress) AND #v = :seen",
+            PlanStatus.COMPLETED,
+            now=now,
+            values={":seen": version},
+        )
+
+    def _loop_update(
+        self,
+        user: str,
+        slug: str,
+        condition: str,
+        target: PlanStatus,
+        *,
+        now: datetime,
+        values: dict[str, Any],
+    ) -> bool:
+        try:
+            self._table.update_item(
+                Key={"user": user, "slug": slug},
+                UpdateExpression="SET #s = :target, updated_at = :now ADD #v :one",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#s": "status", "#v": "version"},
+                ExpressionAttributeValues={
+                    ":target": target.value,
+                    ":now": iso(now),
+                    ":one": 1,
+                    ":confirmed": PlanStatus.CONFIRMED.value,
+                    **({":in_progress": PlanStatus.IN_PROGRESS.value} if ":in_progress" in condition else {}),
+                    **values,
+                },
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True

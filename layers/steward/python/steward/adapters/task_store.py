@@ -1,16 +1,28 @@
 """Tasks table adapter. `spawn` is the only way a task comes to exist.
 
 Spawn is one TransactWriteItems: put the task under its deterministic id
-(attribute_not_exists) and link it to its plan item, conditional on the plan still
-approving that exact item revision. A replayed spawn fails the put's condition and gets the
+(attribute_not_exists), link it to its plan item on the condition that the plan still
+approves that exact item revision, and (for the loop) charge the user's daily spawn cap
+under the heartbeat's lease epoch. A replayed spawn fails the put's condition and gets the
 existing task back from the cancellation reason, creating nothing.
+
+Status changes go through `transition`: one TransactWriteItems that moves the task
+(conditional on the status and event sequence it was read with), appends its durable event
+with the next gapless sequence number, and, for lifecycle events, advances the owner's
+watermark (DESIGN section 1). Non-terminal tasks carry the attributes of the sparse
+`live_*` indexes; a terminal transition removes them.
 """
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import (
@@ -21,19 +33,46 @@ from steward.adapters.dynamo import (
     encode_cursor,
     error_code,
     is_conditional_failure,
-    old_item,
     plain,
 )
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, LifecycleError, NotFound
+from steward.domain.ids import live_shard
 from steward.domain.models import (
+    TERMINAL_TASK_STATUSES,
     ItemStatus,
     PlanStatus,
     Task,
     TaskStatus,
     iso,
 )
-from steward.tables import PLANS, TASKS
+from steward.tables import EVENTS, PLANS, TASKS, USERS
+
+TRANSITION_ATTEMPTS = 5
+# Concurrent appends to one task each take the next seq or lose and retry; one always wins,
+# so N writers need at most N attempts.
+APPEND_ATTEMPTS = 64
+
+
+class SpawnRefused(LifecycleError):
+    """The plan or the user's loop state does not allow this spawn; nothing was written.
+    `reason` is "plan" (approval, revision, link) or "loop" (paused, disabled, daily cap
+    reached, or the caller's heartbeat lease was taken over)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message, field="item" if reason == "plan" else "loop")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class SpawnCharge:
+    """What the loop's spawn charges and checks on the user item, atomically with the task:
+    one spawn of the local `day`'s cap, under the heartbeat lease `lease_epoch`."""
+
+    day: str
+    cap: int
+    same_day: bool  # the user item's spawn_day was `day` when read
+    lease_epoch: int
 
 
 def task_to_item(task: Task) -> dict[str, Any]:
@@ -43,13 +82,33 @@ def task_to_item(task: Task) -> dict[str, Any]:
     # Money stays decimal end to end (DynamoDB numbers), never float.
     data["budget_usd"] = task.budget_usd
     data["cost_usd"] = task.cost_usd
+    for name in ("created_at", "updated_at", "last_seen", "deadline", "launched_at"):
+        moment = getattr(task, name)
+        if moment is not None:
+            data[name] = iso(moment)
+    if not task.terminal:
+        data["live_user"] = task.user
+        data["live_shard"] = live_shard(task.user)
     return data
 
 
-def item_to_task(item: dict[str, Any]) -> Task:
-    data = dict(item)
-    data.pop("created_key", None)
+def item_to_task(item: Mapping[str, Any]) -> Task:
+    data = plain(dict(item))
+    for name in ("created_key", "live_user", "live_shard"):
+        data.pop(name, None)
     return Task(id=data.pop("task_id"), **data)
+
+
+# Item status that a task status projects onto its plan item.
+ITEM_STATUS_OF = {
+    TaskStatus.QUEUED: ItemStatus.RUNNING,
+    TaskStatus.RUNNING: ItemStatus.RUNNING,
+    TaskStatus.REVIEW: ItemStatus.REVIEW,
+    TaskStatus.MERGED: ItemStatus.MERGED,
+    TaskStatus.CLOSED: ItemStatus.CLOSED,
+    TaskStatus.FAILED: ItemStatus.FAILED,
+    TaskStatus.CANCELLED: ItemStatus.FAILED,
+}
 
 
 class TaskStore:
@@ -57,9 +116,16 @@ class TaskStore:
         self._tables = tables
         self._table = tables.table(TASKS)
 
+    # ---- reads
     def get(self, task_id: str) -> Task | None:
         found = self._table.get_item(Key={"task_id": task_id}, ConsistentRead=True)
         return item_to_task(found["Item"]) if "Item" in found else None
+
+    def require(self, task_id: str) -> Task:
+        task = self.get(task_id)
+        if task is None:
+            raise NotFound(f"no task {task_id!r}", field="task_id")
+        return task
 
     def require_owned(self, user: str, task_id: str) -> Task:
         """The caller's task; another user's task is indistinguishable from a missing one."""
@@ -68,7 +134,18 @@ class TaskStore:
             raise NotFound(f"no task {task_id!r}", field="task_id")
         return task
 
-    def list(
+    def get_many(self, task_ids: list[str]) -> list[Task]:
+        out: list[Task] = []
+        for start in range(0, len(task_ids), 100):
+            keys: list[dict[str, Any]] = [{"task_id": t} for t in task_ids[start : start + 100]]
+            request: dict[str, Any] = {self._tables.name(TASKS): {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                page = self._tables.resource.batch_get_item(RequestItems=request)
+                out += [item_to_task(i) for i in page["Responses"].get(self._tables.name(TASKS), [])]
+                request = dict(page.get("UnprocessedKeys") or {})
+        return out
+
+    def page(
         self, user: str, *, plan_id: str | None, limit: int, cursor: str | None
     ) -> tuple[list[Task], str | None]:
         if plan_id is None:
@@ -90,108 +167,403 @@ class TaskStore:
         # plan ids embed the user, but a listing by plan still never shows another's task
         return [t for t in tasks if t.user == user], encode_cursor(page.get("LastEvaluatedKey"))
 
-    def spawn(self, task: Task, *, previous_task_id: str | None, now: datetime) -> tuple[Task, bool]:
+    def live_for_user(self, user: str) -> list[Task]:
+        """The user's non-terminal tasks (sparse index; eventually consistent, so callers
+        re-check with conditional writes)."""
+        return self._query_all(IndexName="live_by_user", KeyConditionExpression=Key("live_user").eq(user))
+
+    def overdue(self, shard: str, now: datetime) -> list[Task]:
+        """Non-terminal tasks of one shard whose deadline passed."""
+        return self._query_all(
+            IndexName="live_deadline",
+            KeyConditionExpression=Key("live_shard").eq(shard) & Key("deadline").lt(iso(now)),
+        )
+
+    def _query_all(self, **kwargs: Any) -> list[Task]:
+        out: list[Task] = []
+        while True:
+            page = self._table.query(**kwargs)
+            out += [item_to_task(i) for i in page["Items"]]
+            if "LastEvaluatedKey" not in page:
+                return out
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    # ---- spawn
+    def spawn(
+        self,
+        task: Task,
+        *,
+        previous_task_id: str | None,
+        now: datetime,
+        charge: SpawnCharge | None = None,
+    ) -> tuple[Task, bool]:
         """Create `task` and link it to its plan item in one atomic step.
 
         Returns (task, created). The plan must be confirmed or in progress with its current
         content approved, the item at this revision and not removed, and the item linked to
-        `previous_task_id` (None: no task yet and still pending). Violations raise
-        LifecycleError and write nothing."""
-        names = {
-            "#s": "status",
-            "#v": "version",
-            "#k": task.item_key,
-            "#ist": "status",
-            "#items": "items",
-        }
+        `previous_task_id` (None: no task yet and still pending). With a `charge`, the user's
+        loop must be enabled, not paused, under the daily cap, and still leased to the caller.
+        Violations raise SpawnRefused and write nothing."""
+        names = {"#s": "status", "#v": "version", "#k": task.item_key, "#items": "items"}
         values: dict[str, Any] = {
             ":tid": task.id,
             ":running": ItemStatus.RUNNING.value,
             ":in_progress": PlanStatus.IN_PROGRESS.value,
             ":confirmed": PlanStatus.CONFIRMED.value,
             ":rev": task.revision,
+            ":attempt": task.attempt,
             ":false": False,
             ":now": iso(now),
             ":one": 1,
         }
         if previous_task_id is None:
-            link_condition = "attribute_not_exists(#items.#k.task_id) AND #items.#k.#ist = :pending"
+            link_condition = "attribute_not_exists(#items.#k.task_id) AND #items.#k.#s = :pending"
             values[":pending"] = ItemStatus.PENDING.value
         else:
             link_condition = "#items.#k.task_id = :prev"
             values[":prev"] = previous_task_id
-        plan_update = {
-            "TableName": self._tables.name(PLANS),
-            "Key": {"user": task.user, "slug": task.plan_slug},
-            "UpdateExpression": "SET #items.#k.task_id = :tid, #items.#k.#ist = :running, "
-            "#s = :in_progress, updated_at = :now ADD #v :one",
-            "ConditionExpression": "#s IN (:confirmed, :in_progress) AND approved_hash = content_hash"
-            " AND #items.#k.revision = :rev AND #items.#k.removed = :false AND " + link_condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        }
+        actions: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self._tables.name(TASKS),
+                    "Item": task_to_item(task),
+                    "ConditionExpression": "attribute_not_exists(task_id)",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self._tables.name(PLANS),
+                    "Key": {"user": task.user, "slug": task.plan_slug},
+                    "UpdateExpression": "SET #items.#k.task_id = :tid, #items.#k.#s = :running, "
+                    "#items.#k.attempt = :attempt, #s = :in_progress, updated_at = :now ADD #v :one "
+                    "REMOVE #items.#k.retry_requested, #items.#k.last_classification",
+                    "ConditionExpression": "#s IN (:confirmed, :in_progress) AND approved_hash = content_hash"
+                    " AND #items.#k.revision = :rev AND #items.#k.removed = :false AND " + link_condition,
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
+                }
+            },
+        ]
+        if charge is not None:
+            actions.append({"Update": self._charge_update(task.user, charge, now)})
         try:
-            self._tables.client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self._tables.name(TASKS),
-                            "Item": task_to_item(task),
-                            "ConditionExpression": "attribute_not_exists(task_id)",
-                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                        }
-                    },
-                    {"Update": plan_update},  # type: ignore[typeddict-item]
-                ]
-            )
+            self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
                 raise
-            task_reason, plan_reason = cancellation_reasons(exc)[:2]
+            reasons = cancellation_reasons(exc)
+            task_reason = reasons[0]
             if task_reason.get("Code") == "ConditionalCheckFailed":
                 existing = task_reason.get("Item")
-                found = item_to_task(plain(deserialize(existing))) if existing else self.get(task.id)
+                found = item_to_task(deserialize(existing)) if existing else self.get(task.id)
                 if found is not None:
                     return found, False
-            if plan_reason.get("Code") == "ConditionalCheckFailed":
-                raise LifecycleError(
-                    "the plan no longer approves this item revision for a new task",
-                    field="item",
+            if reasons[1].get("Code") == "ConditionalCheckFailed":
+                raise SpawnRefused(
+                    "the plan no longer approves this item revision for a new task", reason="plan"
                 ) from exc
-            raise Conflict("a concurrent write touched the same plan; retry") from exc
+            if len(reasons) > 2 and reasons[2].get("Code") == "ConditionalCheckFailed":
+                raise SpawnRefused(
+                    "the loop is paused or disabled, the daily spawn cap is reached, or the lease moved",
+                    reason="loop",
+                ) from exc
+            raise Conflict("a concurrent write touched the same items; retry") from exc
         return task, True
 
-    def cancel(self, user: str, task_id: str, *, now: datetime, reason: str) -> Task:
-        """queued/running -> cancelled (final). Cancelling a cancelled task is a no-op."""
+    def _charge_update(self, user: str, charge: SpawnCharge, now: datetime) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            ":day": charge.day,
+            ":one": 1,
+            ":epoch": charge.lease_epoch,
+            ":true": True,
+            ":false": False,
+            ":shard": live_shard(user),
+            ":now": iso(now),
+        }
+        gate = "lease_epoch = :epoch AND (attribute_not_exists(paused) OR paused = :false) AND (attribute_not_exists(enabled) OR enabled = :true)"
+        if charge.same_day:
+            values[":cap"] = charge.cap
+            update = "SET live_shard = :shard, last_spawn_at = :now ADD spawn_count :one"
+            condition = f"spawn_day = :day AND spawn_count < :cap AND {gate}"
+        else:
+            if charge.cap < 1:
+                values[":never"] = "never"  # a zero cap refuses every spawn
+                condition = f"spawn_day = :never AND {gate}"
+            else:
+                condition = f"(attribute_not_exists(spawn_day) OR spawn_day <> :day) AND {gate}"
+            update = "SET live_shard = :shard, last_spawn_at = :now, spawn_day = :day, spawn_count = :one"
+        return {
+            "TableName": self._tables.name(USERS),
+            "Key": {"user": user},
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
+
+    # ---- status changes with durable events
+    def transition(
+        self,
+        task: Task,
+        target: TaskStatus,
+        *,
+        now: datetime,
+        event: str,
+        data: Mapping[str, Any] | None = None,
+        classification: str | None = None,
+        reason: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        lifecycle_event: bool = True,
+        overdue_at: datetime | None = None,
+    ) -> tuple[Task, bool]:
+        """Move `task` (as read) to `target`, append its event, advance the watermark.
+
+        Returns (task as stored, changed). Assigning the status a task already has is a
+        no-op, so replays and redeliveries are harmless; a transition the lifecycle forbids
+        raises LifecycleError. A concurrent change re-reads and decides again. With
+        `overdue_at`, the task moves only while its deadline is before that instant (the
+        reaper: a runtime that renewed in between keeps its task)."""
+        current = task
+        for _ in range(TRANSITION_ATTEMPTS):
+            if current.status is target:
+                return current, False
+            if overdue_at is not None and (current.deadline is None or current.deadline >= overdue_at):
+                return current, False
+            lifecycle.task_transition(current.status, target)
+            try:
+                return self._write_transition(
+                    current,
+                    target,
+                    now=now,
+                    event=event,
+                    data=data,
+                    classification=classification,
+                    reason=reason,
+                    extra=extra,
+                    lifecycle_event=lifecycle_event,
+                    overdue_at=overdue_at,
+                ), True
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                current = self.require(task.id)
+        raise Conflict(f"task {task.id} kept changing; retry")
+
+    def _write_transition(
+        self,
+        task: Task,
+        target: TaskStatus,
+        *,
+        now: datetime,
+        event: str,
+        data: Mapping[str, Any] | None,
+        classification: str | None,
+        reason: str | None,
+        extra: Mapping[str, Any] | None,
+        lifecycle_event: bool,
+        overdue_at: datetime | None = None,
+    ) -> Task:
+        seq = task.event_seq + 1
+        sets: dict[str, Any] = {"status": target.value, "updated_at": iso(now), "event_seq": seq}
+        if classification is not None:
+            sets["classification"] = classification
+        if reason is not None:
+            sets["reason"] = reason
+        sets.update(extra or {})
+        names = {f"#a{i}": k for i, k in enumerate(sets)}
+        values = {f":a{i}": v for i, v in enumerate(sets.values())}
+        expression = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(sets)))
+        if target in TERMINAL_TASK_STATUSES:
+            expression += " REMOVE live_user, live_shard, deadline"
+        elif target not in (TaskStatus.QUEUED, TaskStatus.RUNNING) and "deadline" not in sets:
+            expression += " REMOVE deadline"  # waits for people now, not for a runtime
+        names |= {"#s": "status", "#q": "event_seq"}
+        values |= {":from": task.status.value, ":seq": task.event_seq}
+        condition = "#s = :from AND #q = :seq"
+        if overdue_at is not None:
+            condition += " AND deadline < :overdue"
+            values[":overdue"] = iso(overdue_at)
+        actions: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self._tables.name(TASKS),
+                    "Key": {"task_id": task.id},
+                    "UpdateExpression": expression,
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self._tables.name(EVENTS),
+                    "Item": {
+                        "task_id": task.id,
+                        "seq": seq,
+                        "type": event,
+                        "at": iso(now),
+                        "user": task.user,
+                        "data": {"status": target.value, **(data or {})},
+                    },
+                    "ConditionExpression": "attribute_not_exists(seq)",
+                }
+            },
+        ]
+        if lifecycle_event:
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self._tables.name(USERS),
+                        "Key": {"user": task.user},
+                        "UpdateExpression": "ADD watermark :one",
+                        "ExpressionAttributeValues": {":one": 1},
+                    }
+                }
+            )
+        self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+        merged = task.model_dump()
+        merged.update({k: v for k, v in sets.items() if k in Task.model_fields})
+        if target not in (TaskStatus.QUEUED, TaskStatus.RUNNING) and "deadline" not in sets:
+            merged["deadline"] = None
+        return Task.model_validate(merged)
+
+    def append_event(self, task: Task, event: str, data: Mapping[str, Any], *, now: datetime) -> Task:
+        """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
+        advance the watermark (DESIGN section 1)."""
+        current = task
+        for attempt in range(APPEND_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0, 0.002 * attempt))  # noqa: S311 - jitter, not crypto
+            seq = current.event_seq + 1
+            try:
+                self._tables.client.transact_write_items(
+                    TransactItems=[
+                        {
+                            "Update": {
+                                "TableName": self._tables.name(TASKS),
+                                "Key": {"task_id": task.id},
+                                "UpdateExpression": "SET event_seq = :seq",
+                                "ConditionExpression": "event_seq = :prev",
+                                "ExpressionAttributeValues": {":seq": seq, ":prev": current.event_seq},
+                            }
+                        },
+                        {
+                            "Put": {
+                                "TableName": self._tables.name(EVENTS),
+                                "Item": {
+                                    "task_id": task.id,
+                                    "seq": seq,
+                                    "type": event,
+                                    "at": iso(now),
+                                    "user": task.user,
+                                    "data": dict(data),
+                                },
+                                "ConditionExpression": "attribute_not_exists(seq)",
+                            }
+                        },
+                    ]
+                )
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                current = self.require(task.id)
+                continue
+            return current.model_copy(update={"event_seq": seq})
+        raise Conflict(f"task {task.id} kept changing; retry")
+
+    # ---- runtime
+    def claim(self, task: Task, *, runtime_id: str, now: datetime, deadline: datetime) -> Task:
+        """queued -> running for exactly one runtime; a second runtime gets LifecycleError
+        (or, if it is the same runtime replaying, the task back)."""
+        if task.status is TaskStatus.RUNNING and task.runtime_id == runtime_id:
+            return task
+        claimed, changed = self.transition(
+            task,
+            TaskStatus.RUNNING,
+            now=now,
+            event="started",
+            data={"runtime_id": runtime_id},
+            extra={"runtime_id": runtime_id, "last_seen": iso(now), "deadline": iso(deadline)},
+        )
+        if not changed and claimed.runtime_id != runtime_id:
+            raise LifecycleError("another runtime already claimed this task", field="task_id")
+        return claimed.model_copy(update={"runtime_id": runtime_id, "last_seen": now, "deadline": deadline})
+
+    def touch(self, task_id: str, *, runtime_id: str, now: datetime, deadline: datetime) -> bool:
+        """Renew last_seen; False once the task is no longer this runtime's running task
+        (cancelled, reaped, finished): the runtime should stop."""
         try:
-            result = self._table.update_item(
+            self._table.update_item(
                 Key={"task_id": task_id},
-                UpdateExpression="SET #s = :cancelled, classification = :final, reason = :reason, "
-                "updated_at = :now",
-                ConditionExpression="#u = :u AND #s IN (:queued, :running)",
-                ExpressionAttributeNames={"#s": "status", "#u": "user"},
+                UpdateExpression="SET last_seen = :now, deadline = :deadline",
+                ConditionExpression="#s = :running AND runtime_id = :rid",
+                ExpressionAttributeNames={"#s": "status"},
                 ExpressionAttributeValues={
-                    ":cancelled": TaskStatus.CANCELLED.value,
-                    ":final": "final",
-                    ":reason": reason,
                     ":now": iso(now),
-                    ":u": user,
-                    ":queued": TaskStatus.QUEUED.value,
+                    ":deadline": iso(deadline),
                     ":running": TaskStatus.RUNNING.value,
+                    ":rid": runtime_id,
                 },
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def mark_launched(self, task_id: str, *, launch_ref: str, now: datetime) -> None:
+        """Record that the launcher started a runtime (idempotent: the first record stays)."""
+        try:
+            self._table.update_item(
+                Key={"task_id": task_id},
+                UpdateExpression="SET launched_at = :now, launch_ref = :ref",
+                ConditionExpression="attribute_exists(task_id) AND attribute_not_exists(launched_at)",
+                ExpressionAttributeValues={":now": iso(now), ":ref": launch_ref},
             )
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
-            current = old_item(exc)
-            if current is None or current.get("user") != user:
-                raise NotFound(f"no task {task_id!r}", field="task_id") from exc
-            task = item_to_task(plain(current))
-            lifecycle.task_transition(task.status, TaskStatus.CANCELLED)
-            return task
-        return item_to_task(plain(result["Attributes"]))
+
+    # ---- plan item projection
+    def project_item(self, task: Task, *, now: datetime) -> bool:
+        """Copy a task's status onto its plan item, if the item still points at this task.
+        The task is the truth; this projection is repaired by the loop if a write is lost."""
+        item_status = ITEM_STATUS_OF[task.status]
+        try:
+            self._tables.table(PLANS).update_item(
+                Key={"user": task.user, "slug": task.plan_slug},
+                UpdateExpression="SET #items.#k.#s = :status, #items.#k.last_classification = :cls, "
+                "updated_at = :now ADD #v :one",
+                ConditionExpression="#items.#k.task_id = :tid AND #items.#k.#s <> :status",
+                ExpressionAttributeNames={
+                    "#items": "items",
+                    "#k": task.item_key,
+                    "#s": "status",
+                    "#v": "version",
+                },
+                ExpressionAttributeValues={
+                    ":status": item_status.value,
+                    ":cls": task.classification.value if task.classification else None,
+                    ":tid": task.id,
+                    ":now": iso(now),
+                    ":one": 1,
+                },
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    # ---- client actions
+    def cancel(self, user: str, task_id: str, *, now: datetime, reason: str) -> Task:
+        """queued/running -> cancelled (final). Cancelling a cancelled task is a no-op."""
+        task = self.require_owned(user, task_id)
+        cancelled, _ = self.transition(
+            task, TaskStatus.CANCELLED, now=now, event="cancelled", classification="final", reason=reason
+        )
+        self.project_item(cancelled, now=now)
+        return cancelled
 
     def request_retry(self, task: Task, *, now: datetime) -> None:
         """Ask the loop for another attempt of a finished task's item: the item goes back to
@@ -220,20 +592,20 @@ class TaskStore:
                             "TableName": self._tables.name(PLANS),
                             "Key": {"user": task.user, "slug": task.plan_slug},
                             # A completed plan reopens: the retried item is work again.
-                            "UpdateExpression": "SET #items.#k.#ist = :pending, #s = :in_progress, "
-                            "updated_at = :now ADD #v :one",
+                            "UpdateExpression": "SET #items.#k.#s = :pending, #items.#k.retry_requested = :true, "
+                            "#s = :in_progress, updated_at = :now ADD #v :one",
                             "ConditionExpression": "#s IN (:confirmed, :in_progress, :completed) "
                             "AND approved_hash = content_hash "
                             "AND #items.#k.task_id = :tid AND #items.#k.revision = :rev",
                             "ExpressionAttributeNames": {
                                 "#k": task.item_key,
                                 "#items": "items",
-                                "#ist": "status",
                                 "#s": "status",
                                 "#v": "version",
                             },
                             "ExpressionAttributeValues": {
                                 ":pending": ItemStatus.PENDING.value,
+                                ":true": True,
                                 ":now": iso(now),
                                 ":one": 1,
                                 ":confirmed": PlanStatus.CONFIRMED.value,
@@ -242,6 +614,14 @@ class TaskStore:
                                 ":tid": task.id,
                                 ":rev": task.revision,
                             },
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._tables.name(USERS),
+                            "Key": {"user": task.user},
+                            "UpdateExpression": "SET live_shard = :shard ADD watermark :one",
+                            "ExpressionAttributeValues": {":shard": live_shard(task.user), ":one": 1},
                         }
                     },
                 ]

@@ -1,23 +1,60 @@
-"""Users table adapter: one item per user holding loop settings (and, as the loop grows,
-its watermark, lease and spawn counters)."""
+"""Users table adapter: one item per user holding loop settings and the loop's bookkeeping.
+
+Attributes besides the settings: `watermark` (advanced by lifecycle events and approvals),
+`processed_watermark` and `due_at` (written by a complete tick), `lease_until`/`lease_epoch`
+(the heartbeat's in-flight lease; the epoch fences late writes), `spawn_day`/`spawn_count`
+(the daily cap, charged by spawn itself), and `live_shard`/`live_mark` (membership of the
+scheduler's sparse liveness index).
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from steward.adapters.dynamo import Tables, plain
-from steward.domain.loop import LoopSettings, LoopSettingsUpdate
+from botocore.exceptions import ClientError
+
+from steward.adapters.dynamo import Tables, is_conditional_failure, plain
+from steward.domain.ids import live_shard
+from steward.domain.loop import LoopSettings, LoopSettingsUpdate, LoopState
 from steward.domain.models import iso
 from steward.tables import USERS
 
 _SETTINGS_FIELDS = tuple(LoopSettings.model_fields)
 
 
+def wake_update(tables: Tables, user: str) -> dict[str, Any]:
+    """The user-item half of a write that should make the loop act: advance the watermark
+    and join the liveness index (the heartbeat removes users with no live work)."""
+    return {
+        "TableName": tables.name(USERS),
+        "Key": {"user": user},
+        "UpdateExpression": "SET live_shard = :shard ADD watermark :one, live_mark :one",
+        "ExpressionAttributeValues": {":shard": live_shard(user), ":one": 1},
+    }
+
+
+def _settings_of(stored: dict[str, Any]) -> LoopSettings:
+    return LoopSettings(**{k: stored[k] for k in _SETTINGS_FIELDS if stored.get(k) is not None})
+
+
+def _state_of(user: str, stored: dict[str, Any]) -> LoopState:
+    data = plain(stored)
+    known = set(LoopState.model_fields) - {"user", "settings", "live"}
+    return LoopState(
+        user=user,
+        settings=_settings_of(data),
+        live="live_shard" in data,
+        **{k: data[k] for k in known if data.get(k) is not None},
+    )
+
+
 class UserStore:
     def __init__(self, tables: Tables) -> None:
+        self._tables = tables
         self._table = tables.table(USERS)
 
+    # ---- settings (client API)
     def loop_settings(self, user: str) -> LoopSettings:
         found = self._table.get_item(
             Key={"user": user},
@@ -25,23 +62,32 @@ class UserStore:
             ProjectionExpression=", ".join(f"#{f}" for f in _SETTINGS_FIELDS),
             ExpressionAttributeNames={f"#{f}": f for f in _SETTINGS_FIELDS},
         )
-        stored = plain(found.get("Item", {}))
-        return LoopSettings(**{k: v for k, v in stored.items() if v is not None})
+        return _settings_of(plain(found.get("Item", {})))
 
     def update_loop_settings(
         self, user: str, update: LoopSettingsUpdate, *, now: datetime, clear_quiet_hours: bool
     ) -> LoopSettings:
-        """Set only the fields given, in one UpdateItem (no read-modify-write)."""
+        """Set only the fields given, in one UpdateItem (no read-modify-write). Any change
+        wakes the loop (a resumed loop must not wait for unrelated progress); disabling the
+        loop takes the user out of the liveness index."""
         changes: dict[str, Any] = update.model_dump(mode="json", exclude_none=True)
         sets = [f"#{k} = :{k}" for k in changes]
         names = {f"#{k}": k for k in changes}
-        values = {f":{k}": v for k, v in changes.items()}
+        values: dict[str, Any] = {f":{k}": v for k, v in changes.items()}
         sets.append("updated_at = :now")
-        values[":now"] = iso(now)
-        expression = "SET " + ", ".join(sets)
+        values |= {":now": iso(now), ":one": 1}
+        removes = []
+        if update.enabled is False:
+            removes.append("live_shard")
+        else:
+            sets.append("live_shard = :shard")
+            values[":shard"] = live_shard(user)
         if clear_quiet_hours:
-            expression += " REMOVE #quiet_hours"
+            removes.append("#quiet_hours")
             names["#quiet_hours"] = "quiet_hours"
+        expression = "SET " + ", ".join(sets) + " ADD watermark :one, live_mark :one"
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
         kwargs: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
         result = self._table.update_item(
             Key={"user": user},
@@ -50,5 +96,100 @@ class UserStore:
             ReturnValues="ALL_NEW",
             **kwargs,
         )
-        stored = plain(result["Attributes"])
-        return LoopSettings(**{k: stored[k] for k in _SETTINGS_FIELDS if stored.get(k) is not None})
+        return _settings_of(plain(result["Attributes"]))
+
+    # ---- loop bookkeeping (heartbeat)
+    def loop_state(self, user: str) -> LoopState:
+        found = self._table.get_item(Key={"user": user}, ConsistentRead=True)
+        return _state_of(user, found.get("Item", {}))
+
+    def acquire_lease(self, user: str, *, owner: str, now: datetime, ttl: timedelta) -> LoopState | None:
+        """Take the user's in-flight lease unless another holder's lease is still valid.
+        Returns the state with the new fencing epoch, or None when someone holds it."""
+        try:
+            result = self._table.update_item(
+                Key={"user": user},
+                UpdateExpression="SET lease_until = :until, lease_owner = :owner ADD lease_epoch :one",
+                ConditionExpression="attribute_not_exists(lease_until) OR lease_until <= :now",
+                ExpressionAttributeValues={
+                    ":until": iso(now + ttl),
+                    ":owner": owner,
+                    ":now": iso(now),
+                    ":one": 1,
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
+        return _state_of(user, result["Attributes"])
+
+    def finish_tick(
+        self,
+        state: LoopState,
+        *,
+        now: datetime,
+        processed_watermark: int | None,
+        due_at: datetime | None,
+        still_live: bool,
+    ) -> bool:
+        """Record a tick and release the lease, only if the lease is still ours (epoch).
+        `processed_watermark` None means the tick did not finish its work: the next tick
+        must not take the shortcut. A user with no live work leaves the liveness index,
+        unless a write marked them live since `state` was read."""
+        values: dict[str, Any] = {":now": iso(now), ":epoch": state.lease_epoch}
+        sets = ["last_tick_at = :now"]
+        removes = ["lease_until", "lease_owner"]
+        if processed_watermark is not None:
+            sets.append("processed_watermark = :pw")
+            values[":pw"] = processed_watermark
+        if due_at is not None:
+            sets.append("due_at = :due")
+            values[":due"] = iso(due_at)
+        else:
+            removes.append("due_at")
+        released = self._fenced(
+            state.user,
+            "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes),
+            "lease_epoch = :epoch",
+            values,
+        )
+        if still_live:
+            return released
+        # A write that marked the user live after `state` was read bumped live_mark: keep them.
+        left = self._fenced(
+            state.user,
+            "REMOVE live_shard",
+            "lease_epoch = :epoch AND (attribute_not_exists(live_mark) OR live_mark = :mark)",
+            {":epoch": state.lease_epoch, ":mark": state.live_mark},
+        )
+        return released and left
+
+    def _fenced(self, user: str, update: str, condition: str, values: dict[str, Any]) -> bool:
+        kwargs: dict[str, Any] = {
+            "Key": {"user": user},
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
+        try:
+            self._table.update_item(**kwargs)
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def leave_index(self, user: str) -> None:
+        """A disabled loop has no place in the liveness index."""
+        try:
+            self._table.update_item(
+                Key={"user": user},
+                UpdateExpression="REMOVE live_shard",
+                ConditionExpression="enabled = :false",
+                ExpressionAttributeValues={":false": False},
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise

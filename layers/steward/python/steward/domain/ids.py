@@ -30,6 +30,14 @@ def validate_slug(slug: str) -> str:
     return slug
 
 
+LIVE_SHARDS = 16
+
+
+def live_shard(user: str) -> str:
+    """Partition of the sparse liveness indexes; spreads users so no index key runs hot."""
+    return f"s{int(_digest('shard', user)[:8], 16) % LIVE_SHARDS:02d}"
+
+
 def plan_id(user: str, slug: str) -> str:
     return "p" + _digest("plan", user, slug)[:24]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -69,3 +70,32 @@ class LoopSettingsUpdate(BaseModel):
     @classmethod
     def _zone(cls, value: str | None) -> str | None:
         return None if value is None else _check_zone(value)
+
+
+class LoopState(BaseModel):
+    """What the heartbeat reads of a user in one GetItem: settings plus the loop's own
+    bookkeeping (DESIGN section 1 watermark contract)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    user: str
+    settings: LoopSettings = LoopSettings()
+    watermark: int = 0  # advanced by every lifecycle event and plan approval
+    processed_watermark: int = -1  # the watermark the last complete tick acted on
+    due_at: datetime | None = None  # a tick must run at/after this even without progress
+    last_tick_at: datetime | None = None
+    lease_until: datetime | None = None
+    lease_epoch: int = 0
+    spawn_day: str | None = None
+    spawn_count: int = 0
+    live: bool = False  # in the scheduler's liveness index
+    live_mark: int = 0  # bumped by every write that puts the user in the index
+
+    def progressed(self, now: datetime) -> bool:
+        """False when nothing happened since the last complete tick and nothing is due: the
+        no-progress shortcut (skip all work)."""
+        return self.watermark != self.processed_watermark or (self.due_at is not None and self.due_at <= now)
+
+    def spawns_left(self, day: str) -> int:
+        used = self.spawn_count if self.spawn_day == day else 0
+        return max(0, self.settings.daily_spawn_cap - used)

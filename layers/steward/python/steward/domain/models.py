@@ -86,6 +86,9 @@ class PlanItem(BaseModel):
     status: ItemStatus = ItemStatus.PENDING
     task_id: str | None = None
     removed: bool = False
+    attempt: int = 0  # attempt number of `task_id`
+    last_classification: str | None = None  # of `task_id`, once it failed
+    retry_requested: bool = False  # a person asked for another attempt (POST .../retry)
 
     @property
     def shown_status(self) -> ItemStatus:
@@ -173,6 +176,18 @@ class Task(BaseModel):
     created_at: datetime
     updated_at: datetime
     last_seen: datetime | None = None
+    # When the reaper may fail the task: launch grace while queued, last_seen + grace while
+    # running; absent once terminal.
+    deadline: datetime | None = None
+    event_seq: int = 0  # seq of the task's last durable event (gapless)
+    runtime_id: str | None = None
+    launched_at: datetime | None = None
+    launch_ref: str | None = None
+    max_attempts: int = 3
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_TASK_STATUSES
 
     def to_api(self) -> dict[str, Any]:
         return {

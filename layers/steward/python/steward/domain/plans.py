@@ -92,7 +92,15 @@ def _carry(old: PlanItem | None, edited: bool, fields: dict[str, object]) -> Pla
     if edited and old.task_id is not None:
         # Work started on the old text: the new text is new work, the old task is history.
         return old.model_copy(
-            update={**fields, "revision": old.revision + 1, "status": ItemStatus.PENDING, "task_id": None}
+            update={
+                **fields,
+                "revision": old.revision + 1,
+                "status": ItemStatus.PENDING,
+                "task_id": None,
+                "attempt": 0,
+                "last_classification": None,
+                "retry_requested": False,
+            }
         )
     return old.model_copy(update=fields)
 

@@ -3,14 +3,18 @@ so a replayed spawn builds the very same task (same id, same branch)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from steward.domain.ids import branch_name, task_id
 from steward.domain.models import Plan, PlanItem, Task
 
+LAUNCH_GRACE = timedelta(minutes=5)
 
-def task_for(plan: Plan, item: PlanItem, *, attempt: int, now: datetime) -> Task:
+
+def task_for(
+    plan: Plan, item: PlanItem, *, attempt: int, now: datetime, launch_grace: timedelta = LAUNCH_GRACE
+) -> Task:
     tid = task_id(plan.id, item.key, item.revision, attempt)
     front = plan.front_matter
     return Task(
@@ -30,4 +34,6 @@ def task_for(plan: Plan, item: PlanItem, *, attempt: int, now: datetime) -> Task
         title=item.title,
         created_at=now,
         updated_at=now,
+        deadline=now + launch_grace,
+        max_attempts=int(front.get("max_attempts", 3)),
     )

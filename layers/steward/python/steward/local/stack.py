@@ -20,11 +20,15 @@ import boto3
 from steward.adapters.dynamo import Tables
 from steward.config import Settings
 from steward.local.dev_auth import DevIssuer
+from steward.local.event_sources import Schedule, SqsSource
 from steward.local.http_adapter import LambdaHttpServer
 from steward.local.moto_server import MotoServer
+from steward.queues import HEARTBEAT
 
 DEV_USERS = ("alice", "bob")
 LOCAL_REGION = "us-east-1"
+DEFAULT_TICK_SECONDS = 2.0
+DEFAULT_REAPER_SECONDS = 5.0
 
 
 @dataclass
@@ -33,8 +37,12 @@ class LocalStack:
     host: str = "127.0.0.1"
     api_port: int = 0
     moto_port: int = 0
+    tick_seconds: float = DEFAULT_TICK_SECONDS
+    reaper_seconds: float = DEFAULT_REAPER_SECONDS
+    log_dir: Path | None = None
     _moto: MotoServer | None = field(default=None, init=False)
     _api: LambdaHttpServer | None = field(default=None, init=False)
+    _sources: list[Schedule | SqsSource] = field(default_factory=list, init=False)
     _saved_env: dict[str, str | None] = field(default_factory=dict, init=False)
     state: dict[str, Any] = field(default_factory=dict, init=False)
 
@@ -66,6 +74,8 @@ class LocalStack:
                 "STEWARD_TABLE_PREFIX": settings.table_prefix,
                 "STEWARD_ARTIFACTS_BUCKET": settings.artifacts_bucket,
                 "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+                # CloudWatch EMF lines on stdout mean nothing without CloudWatch.
+                "POWERTOOLS_METRICS_DISABLED": os.environ.get("POWERTOOLS_METRICS_DISABLED", "true"),
                 "AWS_PROFILE": None,
             }
         )
@@ -90,6 +100,7 @@ class LocalStack:
             function_name="steward-api",
         )
         self._api.start()
+        self._start_loop(settings.table_prefix, self._api.url)
         self.state = {
             "api_url": self._api.url,
             "aws_endpoint_url": self._moto.url,
@@ -106,8 +117,47 @@ class LocalStack:
         tmp.replace(self.state_file)
         return self.state
 
+    def _start_loop(self, prefix: str, api_url: str) -> None:
+        """The loop as in AWS: a scheduler rate, the heartbeat fed by the SQS FIFO queue,
+        the reaper rate, and runtimes started as local subprocesses."""
+        sqs = boto3.client("sqs", region_name=LOCAL_REGION)
+        url = sqs.create_queue(**HEARTBEAT.create_queue_kwargs(prefix))["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self._set_env(
+            {
+                "STEWARD_QUEUE_PREFIX": prefix,
+                "STEWARD_TICK_SECONDS": str(max(1, int(self.tick_seconds))),
+                "STEWARD_LAUNCHER": "local",
+                "STEWARD_API_URL": api_url,
+                # The relay arrives with its own capability; runtimes get its future address.
+                "STEWARD_RELAY_URL": f"{api_url}/v1/relay",
+                "STEWARD_RUNTIME_LOG_DIR": str(self.log_dir or self.state_dir / "runs"),
+            }
+        )
+        from steward import heartbeat_handler, reaper_handler, scheduler_handler  # noqa: PLC0415
+
+        _forget_clients()
+        self._sources = [
+            Schedule("steward-scheduler", scheduler_handler.lambda_handler, self.tick_seconds),
+            SqsSource("steward-heartbeat", heartbeat_handler.lambda_handler, sqs, url, arn),
+            Schedule("steward-reaper", reaper_handler.lambda_handler, self.reaper_seconds),
+        ]
+        for source in self._sources:
+            source.start()
+
     def stop(self) -> None:
         """Stop every part this stack started; remove the state file (its URLs are dead)."""
+        for source in self._sources:
+            source.stop()
+        if self._sources:
+            from steward.services import wiring  # noqa: PLC0415
+
+            launcher = wiring.launcher_from_env()
+            close = getattr(launcher, "close", None)
+            if close is not None:
+                close()  # no runtime outlives the stack
+            _forget_clients()
+            self._sources = []
         if self._api is not None:
             self._api.stop()
             self._api = None
@@ -135,3 +185,17 @@ class LocalStack:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def _forget_clients() -> None:
+    """Drop the handlers' per-process clients (their cold-start state), so a stack started
+    later in this process binds them to its own endpoints."""
+    from steward import heartbeat_handler, reaper_handler, scheduler_handler  # noqa: PLC0415
+    from steward.services import wiring  # noqa: PLC0415
+
+    wiring.launcher_from_env.cache_clear()
+    heartbeat_handler._heartbeat.cache_clear()
+    reaper_handler._reaper.cache_clear()
+    scheduler_handler.scheduler.cache_clear()
+    for module in (heartbeat_handler, reaper_handler, scheduler_handler):
+        module.metrics.clear_metrics()  # disabled metrics are buffered, never flushed

@@ -53,7 +53,7 @@ class PlanService:
         return self.store.require(user, validate_slug(slug))
 
     def list(self, user: str, *, limit: int, cursor: str | None) -> tuple[list[Plan], str | None]:
-        return self.store.list(user, limit=limit, cursor=cursor)
+        return self.store.page(user, limit=limit, cursor=cursor)
 
     def confirm(self, user: str, slug: str, content_hash: str | None = None) -> Plan:
         return self.store.confirm(user, validate_slug(slug), content_hash=content_hash, now=self.clock())

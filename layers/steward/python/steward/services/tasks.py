@@ -34,7 +34,7 @@ class TaskService:
         self, user: str, *, plan_slug: str | None, limit: int, cursor: str | None
     ) -> tuple[list[Task], str | None]:
         plan = plan_id(user, validate_slug(plan_slug)) if plan_slug else None
-        return self.tasks.list(user, plan_id=plan, limit=limit, cursor=cursor)
+        return self.tasks.page(user, plan_id=plan, limit=limit, cursor=cursor)
 
     def events_after(self, user: str, task_id: str, *, after: int, limit: int) -> dict[str, Any]:
         self.tasks.require_owned(user, task_id)

@@ -1,0 +1,6 @@
+"""Scheduler Lambda: EventBridge Scheduler's rate target; ticks every live user through the
+heartbeat FIFO queue (DESIGN section 2)."""
+
+from steward.scheduler_handler import lambda_handler
+
+__all__ = ["lambda_handler"]

@@ -1,0 +1,53 @@
+"""What the loop needs from whatever starts runtimes (DESIGN section 2, launcher).
+
+The launcher is the one place that turns a queued task into a running runtime: a Fargate
+task in AWS (`adapters.fargate_launcher`), a local process in the embedded stack
+(`local.launcher`). Both give the runtime only its task id, a one-time ticket and the URLs
+of DESIGN section 6, and both are idempotent per task id, because the heartbeat may replay a
+launch after a lost response or a crash. The claim stays the real guard: a duplicate runtime
+fails its conditional claim and exits (DESIGN section 10).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from steward.domain.errors import StewardError
+from steward.domain.models import Task
+
+
+@dataclass(frozen=True)
+class RuntimeEndpoints:
+    """Where a runtime reaches the control plane. `aws_endpoint_url` is set only locally
+    (the moto server); in AWS the runtime uses the real service endpoints."""
+
+    api_url: str
+    relay_url: str
+    aws_endpoint_url: str | None = None
+
+
+class LaunchError(StewardError):
+    """The runtime could not be started (throttling, capacity, a refused request). The task
+    stays queued: the next tick launches again, and the reaper fails it after the launch
+    grace. The message names the provider's reason, never the ticket."""
+
+    status = 502
+    code = "launch_failed"
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message, field="launch")
+        self.reason = reason
+
+
+class Launcher(Protocol):
+    def launch(self, task: Task, ticket: str) -> str:
+        """Start the runtime of `task` with `ticket`; return its launch reference (an ECS task
+        ARN, "local:<pid>"). While a runtime of the same task id exists, return its reference
+        and start nothing. Raises LaunchError."""
+        ...
+
+    def stop(self, task: Task, launch_ref: str | None) -> None:
+        """Stop the runtime of `task` (cancel, archive). Stopping what is already gone, or was
+        never started, is a success."""
+        ...

@@ -1,0 +1,176 @@
+"""`reconcile(desired, observed, now, policy) -> Decision`: the loop's brain, pure.
+
+Desired state is the user's plans (what people approved); observed state is the user's live
+tasks plus what the plans' items record of their tasks. The result is the list of actions
+that move observed toward desired. Every action is idempotent in `apply` (conditional
+writes), so a decision computed from stale state is harmless: its writes fail their
+conditions and the next tick decides again from fresh state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from steward.domain.models import (
+    ItemStatus,
+    Plan,
+    PlanItem,
+    PlanStatus,
+    Task,
+    TaskStatus,
+)
+
+RETRYABLE = "retryable"
+
+
+@dataclass(frozen=True)
+class Spawn:
+    plan_slug: str
+    item_key: str
+    revision: int
+    attempt: int
+    previous_task_id: str | None
+
+
+@dataclass(frozen=True)
+class Launch:
+    task_id: str
+
+
+@dataclass(frozen=True)
+class Cancel:
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class MarkInProgress:
+    plan_slug: str
+
+
+@dataclass(frozen=True)
+class CompletePlan:
+    plan_slug: str
+    version: int  # completes only the plan exactly as it was judged complete
+
+
+@dataclass(frozen=True)
+class RepairItem:
+    """The item says its task runs, but the task is not live: copy the task's final status
+    onto the item (the projection write after a task finished was lost)."""
+
+    plan_slug: str
+    task_id: str
+
+
+Action = Spawn | Launch | Cancel | MarkInProgress | CompletePlan | RepairItem
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_parallel: int
+    spawns_left: int  # of today's daily cap
+
+
+@dataclass(frozen=True)
+class Decision:
+    actions: tuple[Action, ...]
+    blocked_by_cap: bool = False  # work waits for tomorrow's cap, not for any event
+    # Repairs change what the next decision sees without any event: the next tick must
+    # not take the no-progress shortcut.
+    settles: bool = True
+    live_work: bool = False  # the user belongs in the scheduler's liveness index
+    waiting: tuple[Spawn, ...] = field(default=())  # spawns held back by max_parallel or the cap
+
+
+def next_spawn(item: PlanItem, max_attempts: int) -> Spawn | None:
+    """The spawn an approved item needs now, if any (without its plan slug filled in)."""
+    if item.removed:
+        return None
+    if item.status is ItemStatus.PENDING and item.task_id is None:
+        return Spawn("", item.key, item.revision, 1, None)
+    if item.status is ItemStatus.PENDING and item.retry_requested and item.task_id:
+        # A person asked for another attempt: not limited by max_attempts.
+        return Spawn("", item.key, item.revision, item.attempt + 1, item.task_id)
+    if (
+        item.status is ItemStatus.FAILED
+        and item.last_classification == RETRYABLE
+        and item.task_id
+        and item.attempt < max_attempts
+    ):
+        return Spawn("", item.key, item.revision, item.attempt + 1, item.task_id)
+    return None
+
+
+def item_finished(item: PlanItem, max_attempts: int) -> bool:
+    if item.removed:
+        return True
+    if item.status in (ItemStatus.MERGED, ItemStatus.CLOSED, ItemStatus.DONE):
+        return True
+    return item.status is ItemStatus.FAILED and next_spawn(item, max_attempts) is None
+
+
+def _max_attempts(plan: Plan) -> int:
+    return int(plan.front_matter.get("max_attempts", 3))
+
+
+def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, policy: Policy) -> Decision:
+    del now  # part of the contract; today's rules need no clock beyond the policy's cap
+    live_by_id = {t.id: t for t in live_tasks}
+    actions: list[Action] = []
+    candidates: list[Spawn] = []
+    live_work = bool(live_tasks)
+
+    for plan in sorted(plans, key=lambda p: (p.created_at, p.slug)):
+        plan_tasks = [t for t in live_tasks if t.plan_id == plan.id]
+        if plan.status is PlanStatus.ARCHIVED:
+            actions += [Cancel(t.id, "plan archived") for t in plan_tasks]
+            continue
+        if plan.status not in (PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS):
+            continue
+        if plan.approved_hash != plan.content_hash:
+            continue  # an edit awaits approval: no new work (the loop never sees this state
+            # from a well-behaved publish, which also changes the status; kept as a guard)
+        max_attempts = _max_attempts(plan)
+        repairs = [
+            RepairItem(plan.slug, i.task_id)
+            for i in plan.items
+            if i.status is ItemStatus.RUNNING and i.task_id and i.task_id not in live_by_id
+        ]
+        spawns = [
+            Spawn(plan.slug, s.item_key, s.revision, s.attempt, s.previous_task_id)
+            for i in plan.active_items
+            if (s := next_spawn(i, max_attempts)) is not None
+        ]
+        actions += repairs
+        candidates += spawns
+        if (
+            not repairs
+            and not spawns
+            and not plan_tasks
+            and all(item_finished(i, max_attempts) for i in plan.items)
+        ):
+            actions.append(CompletePlan(plan.slug, plan.version))
+            continue  # completing it ends its claim on the loop
+        live_work = True
+        if plan.status is PlanStatus.CONFIRMED and plan_tasks:
+            actions.append(MarkInProgress(plan.slug))
+
+    slots = max(0, policy.max_parallel - sum(1 for t in live_tasks if t.status in _RUNS))
+    allowed = min(slots, policy.spawns_left)
+    actions += candidates[:allowed]
+    actions += [Launch(t.id) for t in live_tasks if t.status is TaskStatus.QUEUED and t.launched_at is None]
+    waiting = tuple(candidates[allowed:])
+    return Decision(
+        actions=tuple(actions),
+        blocked_by_cap=bool(waiting) and policy.spawns_left <= slots,
+        live_work=live_work,
+        waiting=waiting,
+        settles=not any(isinstance(a, RepairItem) for a in actions),
+    )
+
+
+# Tasks that occupy a parallel slot.
+_RUNS = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})

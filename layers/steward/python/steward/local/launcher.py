@@ -1,0 +1,196 @@
+"""The launcher of the local stack: one runtime process per task id (DESIGN section 8).
+
+Each runtime is `python -m steward.runner` in its own session and process group, so `stop`
+reaches everything it started (SIGTERM to the group, SIGKILL after a grace). The child
+gets a minimal environment built here, never this process's: PATH, HOME and LANG, the
+variables of DESIGN section 6 (the ticket only there, never in argv, which any local user
+can read), the moto endpoint with dummy credentials and a region, and `extra_env` (the
+stack's table prefix and the like), which cannot override the per-task variables.
+
+A launch while the task's process still runs returns its reference ("local:<pid>") and
+starts nothing; once it exited, a launch starts a new one (whose claim decides whether it
+does anything). A waiter thread per process notices the exit without reaping, kills what the
+runtime left in its group, then reaps it: no zombie stays behind, and a group is only ever
+signalled while its leader's pid is still held (alive or a zombie), so a signal can never
+reach an unrelated process that got the pid later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType, TracebackType
+from typing import IO
+
+from steward.domain.launch import LaunchError, RuntimeEndpoints
+from steward.domain.models import Task
+
+RUNNER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "steward.runner")
+LOCAL_REGION = "us-east-1"
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
+_REF_PREFIX = "local:"
+
+
+class _Runtime:
+    """One runtime process and the lock that orders signals against reaping."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.ref = f"{_REF_PREFIX}{proc.pid}"
+        self._lock = threading.Lock()
+        self._reaped = threading.Event()
+        threading.Thread(target=self._reap, name=f"reap-{proc.pid}", daemon=True).start()
+
+    @property
+    def running(self) -> bool:
+        return not self._reaped.is_set()
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        with self._lock:
+            if self._reaped.is_set():
+                return  # the group died with its leader, and the pid may be another's now
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)  # setsid made the child's pid its group id
+
+    def wait(self, timeout: float | None) -> int:
+        if not self._reaped.wait(timeout):
+            raise subprocess.TimeoutExpired(self.proc.args, timeout or 0.0)
+        return self.proc.returncode
+
+    def _reap(self) -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+        with self._lock:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # whatever the runtime left behind
+            self.proc.wait()
+            self._reaped.set()
+
+
+class LocalLauncher:
+    def __init__(
+        self,
+        endpoints: RuntimeEndpoints,
+        *,
+        extra_env: Mapping[str, str] = _NO_ENV,
+        log_dir: Path | None = None,
+        command: Sequence[str] | None = None,
+        stop_grace: float = 5.0,
+    ) -> None:
+        """`command` replaces the runner (tests use it for a runtime that keeps running);
+        `stop_grace` is how long `stop` waits after SIGTERM before SIGKILL."""
+        self._endpoints = endpoints
+        self._extra_env = dict(extra_env)
+        self._log_dir = log_dir
+        self._command = tuple(command) if command is not None else RUNNER_COMMAND
+        self._stop_grace = stop_grace
+        self._runtimes: dict[str, _Runtime] = {}  # latest runtime per task id
+        self._lock = threading.Lock()
+
+    # ---- Launcher
+    def launch(self, task: Task, ticket: str) -> str:
+        with self._lock:
+            current = self._runtimes.get(task.id)
+            if current is not None and current.running:
+                return current.ref
+            runtime = _Runtime(self._start(task, ticket))
+            self._runtimes[task.id] = runtime
+            return runtime.ref
+
+    def stop(self, task: Task, launch_ref: str | None) -> None:
+        """Stop the process group of `task`'s runtime, if this launcher started one. A
+        reference alone never leads to a signal: a pid not started here may be anyone's."""
+        with self._lock:
+            runtime = self._runtimes.get(task.id)
+        if runtime is not None:
+            _terminate([runtime], self._stop_grace)
+
+    # ---- local extras
+    def wait(self, task_id: str, timeout: float | None = 60.0) -> int | None:
+        """Exit code of the latest runtime of `task_id` once it exited (None: none started
+        here). Raises subprocess.TimeoutExpired."""
+        with self._lock:
+            runtime = self._runtimes.get(task_id)
+        return None if runtime is None else runtime.wait(timeout)
+
+    def close(self) -> None:
+        """Stop every runtime this launcher started."""
+        with self._lock:
+            runtimes = list(self._runtimes.values())
+        _terminate(runtimes, self._stop_grace)
+
+    def __enter__(self) -> LocalLauncher:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ---- internals
+    def environment(self, task: Task, ticket: str) -> dict[str, str]:
+        env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or LOCAL_REGION
+        env |= {
+            "AWS_REGION": region,
+            "AWS_DEFAULT_REGION": region,
+            "AWS_ACCESS_KEY_ID": "local",  # the moto server accepts any key
+            "AWS_SECRET_ACCESS_KEY": "local",
+        }
+        env |= self._extra_env
+        if self._endpoints.aws_endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self._endpoints.aws_endpoint_url
+        env |= {
+            "STEWARD_TASK_ID": task.id,
+            "STEWARD_TICKET": ticket,
+            "STEWARD_API_URL": self._endpoints.api_url,
+            "STEWARD_RELAY_URL": self._endpoints.relay_url,
+        }
+        return env
+
+    def _start(self, task: Task, ticket: str) -> subprocess.Popen[bytes]:
+        log: IO[bytes] | int = subprocess.DEVNULL
+        try:
+            if self._log_dir is not None:
+                self._log_dir.mkdir(parents=True, exist_ok=True)
+                log = (self._log_dir / f"{task.id}.log").open("ab")
+            try:
+                return subprocess.Popen(  # noqa: S603 - fixed argv, no shell, no ticket in it
+                    self._command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.environment(task, ticket),
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            finally:
+                if not isinstance(log, int):
+                    log.close()  # the child holds its own copy
+        except OSError as exc:
+            reason = type(exc).__name__
+            detail = exc.strerror or reason
+        # Raised outside the except block: the OSError (which names the argv) is not chained.
+        raise LaunchError(f"could not start the runtime of task {task.id}: {detail}", reason=reason)
+
+
+def _terminate(runtimes: Sequence[_Runtime], grace: float) -> None:
+    """SIGTERM every group, wait up to `grace` for the leaders, then SIGKILL what is left and
+    wait until each is reaped."""
+    for runtime in runtimes:
+        runtime.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for runtime in runtimes:
+        try:
+            runtime.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            runtime.signal_group(signal.SIGKILL)
+    for runtime in runtimes:
+        runtime.wait(None)

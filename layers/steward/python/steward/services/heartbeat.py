@@ -1,0 +1,227 @@
+"""One heartbeat for one user: gates, no-progress shortcut, lease, reconcile, apply.
+
+Order (issue "reconciliation loop"): disabled/pause gate, interval gate, quiet hours, then
+the no-progress shortcut (one GetItem in all when nothing happened), then the in-flight
+lease (conditional, with a fencing epoch), a fresh reload of plans and live tasks,
+`reconcile`, and `apply`. The lease epoch fences the only non-idempotent write (spawn,
+which also charges the daily cap); every other action is a conditional write that is
+harmless when late or repeated.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from steward.adapters.plan_store import PlanStore
+from steward.adapters.task_store import SpawnCharge, SpawnRefused, TaskStore
+from steward.adapters.ticket_store import TicketStore
+from steward.adapters.user_store import UserStore
+from steward.domain import gates
+from steward.domain.errors import Conflict, LifecycleError
+from steward.domain.launch import Launcher
+from steward.domain.loop import LoopState
+from steward.domain.models import Plan, Task, TaskStatus, utcnow
+from steward.domain.reconcile import (
+    Action,
+    Cancel,
+    CompletePlan,
+    Launch,
+    MarkInProgress,
+    Policy,
+    RepairItem,
+    Spawn,
+    reconcile,
+)
+from steward.domain.tasks import task_for
+from steward.services.launching import launch_task
+
+logger = logging.getLogger(__name__)
+
+LEASE_TTL = timedelta(seconds=90)
+
+
+class Outcome(StrEnum):
+    DISABLED = "disabled"
+    PAUSED = "paused"
+    INTERVAL = "interval"
+    QUIET_HOURS = "quiet_hours"
+    NO_PROGRESS = "no_progress"
+    BUSY = "busy"  # another heartbeat holds the lease
+    WORKED = "worked"
+    PARTIAL = "partial"  # some action failed; the next tick will not take the shortcut
+
+
+@dataclass(frozen=True)
+class TickReport:
+    user: str
+    outcome: Outcome
+    actions: tuple[Action, ...] = ()
+    spawned: tuple[str, ...] = ()
+
+
+@dataclass
+class Heartbeat:
+    users: UserStore
+    plans: PlanStore
+    tasks: TaskStore
+    tickets: TicketStore
+    launcher: Launcher
+    clock: Callable[[], datetime] = utcnow
+    owner: str = ""
+
+    def __post_init__(self) -> None:
+        self.owner = self.owner or f"hb-{uuid.uuid4().hex[:12]}"
+
+    def tick(self, user: str) -> TickReport:
+        now = self.clock()
+        state = self.users.loop_state(user)
+        gate = gates.check(state.settings, last_tick_at=state.last_tick_at, now=now)
+        if gate is not gates.Gate.OPEN:
+            if gate is gates.Gate.DISABLED and state.live:
+                self.users.leave_index(user)
+            return TickReport(user, Outcome(gate.value))
+        if not state.progressed(now):
+            return TickReport(user, Outcome.NO_PROGRESS)
+        leased = self.users.acquire_lease(user, owner=self.owner, now=now, ttl=LEASE_TTL)
+        if leased is None:
+            return TickReport(user, Outcome.BUSY)
+        try:
+            return self._work(leased, now)
+        except Exception:
+            # Release early so the redelivery need not wait for the lease to expire; the
+            # watermark stays unprocessed, so the next tick does the work again.
+            self.users.finish_tick(
+                leased, now=self.clock(), processed_watermark=None, due_at=None, still_live=True
+            )
+            raise
+
+    def _work(self, state: LoopState, now: datetime) -> TickReport:
+        plans = self.plans.all_for_user(state.user)
+        live = self.tasks.live_for_user(state.user)
+        day = gates.local_day(state.settings, now)
+        decision = reconcile(
+            plans,
+            live,
+            now,
+            Policy(max_parallel=state.settings.max_parallel, spawns_left=state.spawns_left(day)),
+        )
+        applier = _Apply(self, state, {p.slug: p for p in plans}, {t.id: t for t in live}, now, day)
+        complete = applier.run(decision.actions)
+        due = gates.next_local_midnight(state.settings, now) if decision.blocked_by_cap else None
+        self.users.finish_tick(
+            state,
+            now=self.clock(),
+            processed_watermark=state.watermark if complete and decision.settles else None,
+            due_at=due,
+            still_live=decision.live_work or bool(applier.spawned),
+        )
+        return TickReport(
+            state.user,
+            Outcome.WORKED if complete else Outcome.PARTIAL,
+            decision.actions,
+            tuple(applier.spawned),
+        )
+
+
+@dataclass
+class _Apply:
+    """Carries out one decision. Each action is safe to apply twice; a failed action is
+    logged and makes the tick partial instead of aborting the rest."""
+
+    beat: Heartbeat
+    state: LoopState
+    plans: dict[str, Plan]
+    live: dict[str, Task]
+    now: datetime
+    day: str
+
+    def __post_init__(self) -> None:
+        self.spawned: list[str] = []
+        self.spawn_blocked = False
+
+    def run(self, actions: tuple[Action, ...]) -> bool:
+        complete = True
+        for action in actions:
+            try:
+                self.apply(action)
+            except (Conflict, LifecycleError) as exc:
+                logger.info("action %s skipped: %s", type(action).__name__, exc.message)
+                complete = False
+            except Exception:  # one bad action must not stop the others; next tick retries
+                logger.exception("action %s failed", type(action).__name__)
+                complete = False
+        return complete
+
+    def apply(self, action: Action) -> None:
+        beat = self.beat
+        if isinstance(action, Spawn):
+            self._spawn(action)
+        elif isinstance(action, Launch):
+            launch_task(
+                self.live[action.task_id],
+                launcher=beat.launcher,
+                tickets=beat.tickets,
+                tasks=beat.tasks,
+                now=self.now,
+            )
+        elif isinstance(action, Cancel):
+            task = self.live[action.task_id]
+            cancelled, _ = beat.tasks.transition(
+                task,
+                TaskStatus.CANCELLED,
+                now=self.now,
+                event="cancelled",
+                classification="final",
+                reason=action.reason,
+            )
+            beat.launcher.stop(cancelled, cancelled.launch_ref)
+            beat.tasks.project_item(cancelled, now=self.now)
+        elif isinstance(action, MarkInProgress):
+            beat.plans.mark_in_progress(self.state.user, action.plan_slug, now=self.now)
+        elif isinstance(action, CompletePlan):
+            beat.plans.complete(self.state.user, action.plan_slug, version=action.version, now=self.now)
+        elif isinstance(action, RepairItem):
+            found = beat.tasks.get(action.task_id)
+            if found is not None:
+                beat.tasks.project_item(found, now=self.now)
+
+    def _spawn(self, action: Spawn) -> None:
+        if self.spawn_blocked:
+            raise Conflict("an earlier spawn of this tick was refused by the loop state")
+        plan = self.plans[action.plan_slug]
+        item = plan.item(action.item_key)
+        if item is None:
+            return
+        task = task_for(plan, item, attempt=action.attempt, now=self.now)
+        charge = SpawnCharge(
+            day=self.day,
+            cap=self.state.settings.daily_spawn_cap,
+            same_day=self.state.spawn_day == self.day,
+            lease_epoch=self.state.lease_epoch,
+        )
+        if self.spawned and charge.same_day is False:
+            # the first spawn of the day reset the counter; later ones add to it
+            charge = SpawnCharge(self.day, charge.cap, True, charge.lease_epoch)
+        try:
+            created, is_new = self.beat.tasks.spawn(
+                task, previous_task_id=action.previous_task_id, now=self.now, charge=charge
+            )
+        except SpawnRefused as exc:
+            if exc.reason == "loop":
+                self.spawn_blocked = True
+            raise
+        if is_new:
+            self.spawned.append(created.id)
+        if created.status is TaskStatus.QUEUED and created.launched_at is None:
+            launch_task(
+                created,
+                launcher=self.beat.launcher,
+                tickets=self.beat.tickets,
+                tasks=self.beat.tasks,
+                now=self.now,
+            )

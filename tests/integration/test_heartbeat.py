@@ -1,0 +1,314 @@
+"""The heartbeat against moto and the ECS fake: gates, shortcut, lease, spawn, launch,
+retry, cancel, completion, and the faults of the issue. Each ends converged: at most one
+task per (plan, item, attempt), nothing lost."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+from steward.adapters.dynamo import count_requests
+from steward.adapters.task_store import SpawnCharge, SpawnRefused
+from steward.domain.models import PlanStatus, TaskStatus
+from steward.domain.tasks import task_for
+from steward.services.container import Services
+from steward.services.heartbeat import LEASE_TTL, Outcome
+from steward.tables import TASKS
+
+from tests.support.documents import document, numbered
+from tests.support.loop import Loop, build_loop
+
+
+@pytest.fixture
+def loop(services: Services) -> Loop:
+    loop = build_loop(services)
+    loop.settings("alice", interval_seconds=1, max_parallel=5)
+    return loop
+
+
+def confirmed(loop: Loop, *items: str, slug: str = "demo", max_attempts: int = 3) -> None:
+    markdown = document(*items).replace("checks:", f"max_attempts: {max_attempts}\nchecks:")
+    loop.services.plans.publish("alice", slug, markdown)
+    loop.services.plans.confirm("alice", slug)
+
+
+def all_tasks(loop: Loop) -> list[dict[str, object]]:
+    return loop.services.tables.table(TASKS).scan(ConsistentRead=True)["Items"]
+
+
+def one_task_per_attempt(loop: Loop) -> None:
+    keys = Counter((t["plan_id"], t["item_key"], t["revision"], t["attempt"]) for t in all_tasks(loop))
+    assert all(n == 1 for n in keys.values()), keys
+
+
+def tick(loop: Loop, seconds: float = 2) -> Outcome:
+    loop.clock.advance(seconds)
+    return loop.heartbeat.tick("alice").outcome
+
+
+def test_tick_spawns_and_launches_each_approved_item_once(loop: Loop) -> None:
+    confirmed(loop, *numbered(3))
+    report = loop.heartbeat.tick("alice")
+    assert report.outcome is Outcome.WORKED
+    assert len(report.spawned) == 3
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan.status is PlanStatus.IN_PROGRESS
+    assert all(i.task_id for i in plan.active_items)
+    assert len(loop.ecs.runs) == 3
+    stored = [loop.tasks.get(i.task_id) for i in plan.active_items if i.task_id]
+    assert all(t is not None and t.status is TaskStatus.QUEUED and t.launched_at for t in stored)
+    # the ECS task knows only its task id, a ticket and endpoints
+    env = (
+        loop.ecs.environment_of(loop.ecs.runs[0]["taskArn"], "runner")
+        if "taskArn" in loop.ecs.runs[0]
+        else None
+    )
+    if env is not None:
+        assert set(env) == {"STEWARD_TASK_ID", "STEWARD_TICKET", "STEWARD_API_URL", "STEWARD_RELAY_URL"}
+
+
+def test_no_progress_tick_is_one_request_and_launches_nothing(loop: Loop) -> None:
+    confirmed(loop, *numbered(2))
+    assert tick(loop) is Outcome.WORKED
+    launches = len(loop.ecs.run_calls)
+    with count_requests(loop.services.tables) as requests:
+        assert tick(loop) is Outcome.NO_PROGRESS
+    assert sum(requests.values()) == 1
+    assert len(loop.ecs.run_calls) == launches
+
+
+def test_gates_pause_interval_and_quiet_hours(loop: Loop) -> None:
+    confirmed(loop, "A")
+    loop.settings("alice", paused=True)
+    assert tick(loop) is Outcome.PAUSED
+    loop.settings("alice", paused=False, interval_seconds=600)
+    assert tick(loop) is Outcome.WORKED
+    loop.services.plans.publish("alice", "second", document("B"))
+    loop.services.plans.confirm("alice", "second")
+    assert tick(loop, 60) is Outcome.INTERVAL
+    now = loop.clock()
+    start, end = (now - timedelta(hours=1)).strftime("%H:%M"), (now + timedelta(hours=1)).strftime("%H:%M")
+    loop.settings("alice", quiet_hours={"start": start, "end": end}, timezone="UTC")
+    assert tick(loop, 600) is Outcome.QUIET_HOURS
+    assert len(all_tasks(loop)) == 1
+    loop.settings("alice", enabled=False)
+    assert tick(loop, 600) is Outcome.DISABLED
+
+
+def test_replayed_tick_and_concurrent_heartbeats_create_one_task_per_item(loop: Loop) -> None:
+    confirmed(loop, *numbered(4))
+    loop.clock.advance(2)
+    beats = [loop.new_heartbeat() for _ in range(6)]
+    barrier = threading.Barrier(len(beats))
+
+    def run(beat):  # type: ignore[no-untyped-def]
+        barrier.wait()
+        return beat.tick("alice").outcome
+
+    with ThreadPoolExecutor(len(beats)) as pool:
+        outcomes = list(pool.map(run, beats))
+    assert outcomes.count(Outcome.WORKED) == 1
+    assert set(outcomes) <= {Outcome.WORKED, Outcome.BUSY, Outcome.NO_PROGRESS}
+    assert tick(loop) is Outcome.NO_PROGRESS  # the same tick, delivered again
+    assert len(all_tasks(loop)) == 4
+    assert len(loop.ecs.runs) == 4
+    one_task_per_attempt(loop)
+
+
+def test_a_heartbeat_that_dies_holding_the_lease_is_taken_over_after_expiry(loop: Loop) -> None:
+    confirmed(loop, "A")
+    loop.clock.advance(2)
+    dead = loop.heartbeat.users.acquire_lease("alice", owner="dead", now=loop.clock(), ttl=LEASE_TTL)
+    assert dead is not None
+    assert tick(loop, 1) is Outcome.BUSY
+    assert tick(loop, LEASE_TTL.total_seconds()) is Outcome.WORKED
+    assert len(all_tasks(loop)) == 1
+
+
+def test_a_late_spawn_from_an_expired_lease_holder_writes_nothing(loop: Loop) -> None:
+    confirmed(loop, "A")
+    users = loop.heartbeat.users
+    old = users.acquire_lease("alice", owner="slow", now=loop.clock(), ttl=LEASE_TTL)
+    loop.clock.advance(LEASE_TTL.total_seconds() + 1)
+    new = users.acquire_lease("alice", owner="fresh", now=loop.clock(), ttl=LEASE_TTL)
+    assert old is not None
+    assert new is not None
+    assert new.lease_epoch > old.lease_epoch
+    plan = loop.services.plans.get("alice", "demo")
+    task = task_for(plan, plan.active_items[0], attempt=1, now=loop.clock())
+    charge = SpawnCharge(day="2026-01-01", cap=5, same_day=False, lease_epoch=old.lease_epoch)
+    with pytest.raises(SpawnRefused) as refused:
+        loop.tasks.spawn(task, previous_task_id=None, now=loop.clock(), charge=charge)
+    assert refused.value.reason == "loop"
+    assert all_tasks(loop) == []
+
+
+def test_lost_response_after_spawn_is_replayed_without_a_second_task(loop: Loop) -> None:
+    confirmed(loop, "A", "B")
+    plan = loop.services.plans.get("alice", "demo")
+    # the spawn's write succeeded but its caller never heard back (and never launched)
+    loop.tasks.spawn(
+        task_for(plan, plan.active_items[0], attempt=1, now=loop.clock()),
+        previous_task_id=None,
+        now=loop.clock(),
+    )
+    assert tick(loop) is Outcome.WORKED
+    assert len(all_tasks(loop)) == 2
+    assert len(loop.ecs.runs) == 2  # the orphan was launched, once
+    one_task_per_attempt(loop)
+
+
+def test_a_throttle_between_spawn_and_launch_converges_next_tick(loop: Loop) -> None:
+    confirmed(loop, "A")
+    loop.ecs.throttle_next(1)
+    assert tick(loop) is Outcome.PARTIAL
+    [task] = all_tasks(loop)
+    assert "launched_at" not in task
+    assert tick(loop) is Outcome.WORKED  # not the shortcut: the last tick was partial
+    assert len(loop.ecs.runs) == 1
+    assert loop.tasks.get(str(task["task_id"])).launched_at is not None  # type: ignore[union-attr]
+
+
+def test_a_pause_stored_during_a_tick_stops_its_spawns(loop: Loop) -> None:
+    confirmed(loop, *numbered(3))
+    plans = loop.heartbeat.plans
+    real = plans.all_for_user
+
+    def pause_then_read(user: str):  # type: ignore[no-untyped-def]
+        loop.settings(user, paused=True)  # the user pauses while the tick is in flight
+        return real(user)
+
+    plans.all_for_user = pause_then_read  # type: ignore[method-assign]
+    try:
+        assert tick(loop) is Outcome.PARTIAL
+    finally:
+        plans.all_for_user = real  # type: ignore[method-assign]
+    assert all_tasks(loop) == []
+    assert loop.ecs.runs == []
+
+
+def test_daily_cap_is_charged_by_spawns_only_and_races_on_the_last_slot(loop: Loop) -> None:
+    loop.settings("alice", daily_spawn_cap=2)
+    confirmed(loop, *numbered(3))
+    assert tick(loop) is Outcome.WORKED
+    assert len(all_tasks(loop)) == 2
+    state = loop.heartbeat.users.loop_state("alice")
+    assert state.spawn_count == 2
+    assert state.due_at is not None  # the third item waits for tomorrow, not for an event
+    assert tick(loop) is Outcome.NO_PROGRESS
+    assert loop.heartbeat.users.loop_state("alice").spawn_count == 2
+
+    # two spawns racing on the last slot of a new cap (same lease epoch, same day)
+    loop.settings("alice", daily_spawn_cap=3)
+    plan = loop.services.plans.get("alice", "demo")
+    leased = loop.heartbeat.users.acquire_lease("alice", owner="racer", now=loop.clock(), ttl=LEASE_TTL)
+    assert leased is not None
+    pending = next(i for i in plan.active_items if i.task_id is None)
+    other = loop.services.plans.publish("alice", "other", document("X"))
+    loop.services.plans.confirm("alice", "other")
+    other = loop.services.plans.get("alice", "other")
+    charge = SpawnCharge(day=str(leased.spawn_day), cap=3, same_day=True, lease_epoch=leased.lease_epoch)
+    candidates = [
+        task_for(plan, pending, attempt=1, now=loop.clock()),
+        task_for(other, other.active_items[0], attempt=1, now=loop.clock()),
+    ]
+    barrier = threading.Barrier(2)
+
+    def race(task):  # type: ignore[no-untyped-def]
+        barrier.wait()
+        try:
+            return loop.tasks.spawn(task, previous_task_id=None, now=loop.clock(), charge=charge)[1]
+        except SpawnRefused:
+            return False
+
+    with ThreadPoolExecutor(2) as pool:
+        created = list(pool.map(race, candidates))
+    assert sorted(created) == [False, True]
+    assert loop.heartbeat.users.loop_state("alice").spawn_count == 3
+
+
+def test_retryable_failure_is_retried_with_the_next_attempt(loop: Loop) -> None:
+    confirmed(loop, "A", max_attempts=2)
+    tick(loop)
+    [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
+    assert first is not None
+    failed, _ = loop.tasks.transition(
+        first,
+        TaskStatus.FAILED,
+        now=loop.clock(),
+        event="finished",
+        classification="retryable",
+        reason="runtime lost",
+    )
+    loop.tasks.project_item(failed, now=loop.clock())
+    assert tick(loop) is Outcome.WORKED
+    attempts = sorted(int(t["attempt"]) for t in all_tasks(loop))
+    assert attempts == [1, 2]
+    second = loop.tasks.get(loop.services.plans.get("alice", "demo").active_items[0].task_id or "")
+    assert second is not None
+    assert second.attempt == 2
+    failed2, _ = loop.tasks.transition(
+        second, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="retryable"
+    )
+    loop.tasks.project_item(failed2, now=loop.clock())
+    tick(loop)
+    assert len(all_tasks(loop)) == 2  # max_attempts = 2: no third attempt
+    assert loop.services.plans.get("alice", "demo").status is PlanStatus.COMPLETED
+
+
+def test_archiving_cancels_and_stops_running_tasks(loop: Loop) -> None:
+    confirmed(loop, *numbered(2))
+    tick(loop)
+    loop.services.plans.archive("alice", "demo")
+    assert tick(loop) is Outcome.WORKED
+    statuses = {t["status"] for t in all_tasks(loop)}
+    assert statuses == {"cancelled"}
+    assert len(loop.ecs.stops) == 2
+    tick(loop)
+    assert len(loop.ecs.stops) == 2  # nothing applied twice
+
+
+def test_an_item_edited_while_its_task_runs_becomes_new_work_after_reapproval(loop: Loop) -> None:
+    confirmed(loop, "Original text")
+    tick(loop)
+    loop.services.plans.publish("alice", "demo", document("Edited text"))
+    assert tick(loop) in (Outcome.WORKED, Outcome.NO_PROGRESS)
+    assert len(all_tasks(loop)) == 1  # awaiting confirmation: nothing new
+    loop.services.plans.confirm("alice", "demo")
+    assert tick(loop) is Outcome.WORKED
+    revisions = sorted((int(t["revision"]), t["status"]) for t in all_tasks(loop))
+    assert revisions == [(1, "queued"), (2, "queued")]  # the approved old task runs on
+
+
+def test_plan_completes_and_the_user_leaves_the_liveness_index(loop: Loop) -> None:
+    confirmed(loop, "A")
+    tick(loop)
+    [row] = all_tasks(loop)
+    task = loop.tasks.get(str(row["task_id"]))
+    assert task is not None
+    for status in (TaskStatus.RUNNING, TaskStatus.REVIEW, TaskStatus.MERGED):
+        task, _ = loop.tasks.transition(task, status, now=loop.clock(), event=status.value)
+    loop.tasks.project_item(task, now=loop.clock())
+    assert tick(loop) is Outcome.WORKED
+    assert loop.services.plans.get("alice", "demo").status is PlanStatus.COMPLETED
+    assert not loop.heartbeat.users.loop_state("alice").live  # the scheduler stops sending
+    assert tick(loop) is Outcome.NO_PROGRESS
+
+
+def test_lost_item_projection_is_repaired(loop: Loop) -> None:
+    confirmed(loop, "A")
+    tick(loop)
+    [row] = all_tasks(loop)
+    task = loop.tasks.get(str(row["task_id"]))
+    assert task is not None
+    loop.tasks.transition(task, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final")
+    # the projection onto the plan item was never written (crash)
+    assert loop.services.plans.get("alice", "demo").active_items[0].status.value == "running"
+    tick(loop)
+    tick(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan.active_items[0].status.value == "failed"
+    assert plan.status is PlanStatus.COMPLETED

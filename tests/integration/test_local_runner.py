@@ -1,0 +1,286 @@
+"""The local launcher running the real `python -m steward.runner` (the placeholder runtime)
+against a real moto server: claim, durable events, watermark, plan item projection, and
+process handling (one process per task, stop kills the group, no zombies)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from steward.adapters.artifact_store import ArtifactStore
+from steward.adapters.dynamo import Tables
+from steward.adapters.ticket_store import TicketStore
+from steward.config import Settings
+from steward.domain.launch import RuntimeEndpoints
+from steward.domain.models import Classification, ItemStatus, Task, TaskStatus, utcnow
+from steward.local.launcher import LocalLauncher
+from steward.local.moto_server import MotoServer
+from steward.services.container import Services
+from steward.services.launching import launch_task
+
+from tests.support.documents import document, numbered
+from tests.support.plans import spawn_item
+
+REGION = "us-east-1"
+WAIT = 60.0
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    with MotoServer() as server:
+        yield server.url
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"run{uuid.uuid4().hex[:8]}-"
+
+
+@pytest.fixture
+def backend(moto_url: str, prefix: str) -> Services:
+    endpoint: dict[str, Any] = {
+        "endpoint_url": moto_url,
+        "region_name": REGION,
+        "aws_access_key_id": "local",
+        "aws_secret_access_key": "local",
+    }
+    tables = Tables.connect(prefix, **endpoint)
+    tables.create_all()
+    settings = Settings(table_prefix=prefix)
+    return Services.build(
+        settings, tables, ArtifactStore(settings.artifacts_bucket, client=boto3.client("s3", **endpoint))
+    )
+
+
+@pytest.fixture
+def endpoints(moto_url: str) -> RuntimeEndpoints:
+    return RuntimeEndpoints(
+        api_url="http://127.0.0.1:9/api", relay_url="http://127.0.0.1:9/relay", aws_endpoint_url=moto_url
+    )
+
+
+@pytest.fixture
+def launcher(endpoints: RuntimeEndpoints, prefix: str, tmp_path: Path) -> Iterator[LocalLauncher]:
+    with LocalLauncher(
+        endpoints, extra_env={"STEWARD_TABLE_PREFIX": prefix}, log_dir=tmp_path / "logs"
+    ) as launcher:
+        yield launcher
+
+
+@pytest.fixture
+def task(backend: Services) -> Task:
+    backend.plans.publish("alice", "demo", document(*numbered(2)))
+    plan = backend.plans.confirm("alice", "demo")
+    spawned, _ = spawn_item(backend, plan, 1)
+    return spawned
+
+
+def events_of(backend: Services, task: Task) -> list[dict[str, object]]:
+    return backend.tasks.events.list(task.id, after=0, limit=100)
+
+
+def watermark(backend: Services, user: str) -> int:
+    return backend.users.loop_state(user).watermark
+
+
+def is_zombie_or_gone(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
+    return "zombie" if stat.rsplit(")", 1)[1].split()[0] == "Z" else "alive"
+
+
+def live_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` that still run (zombies do not: an orphan's zombie waits for
+    whatever init this machine has)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_the_placeholder_runtime_claims_the_task_and_fails_it_final(
+    backend: Services, launcher: LocalLauncher, task: Task, tmp_path: Path
+) -> None:
+    before = watermark(backend, "alice")
+    tickets = TicketStore(backend.tables)
+    ref = launch_task(task, launcher=launcher, tickets=tickets, tasks=backend.tasks.tasks, now=utcnow())
+    assert ref is not None
+    assert ref.startswith("local:")
+    assert launcher.wait(task.id, WAIT) == 0
+
+    done = backend.tasks.tasks.require(task.id)
+    assert done.status is TaskStatus.FAILED
+    assert done.classification is Classification.FINAL
+    assert done.reason == "runner not built"
+    assert done.launched_at is not None
+    assert done.runtime_id
+    events = events_of(backend, task)
+    assert [(e["seq"], e["type"]) for e in events] == [(1, "started"), (2, "finished")]
+    assert watermark(backend, "alice") == before + 2
+    item = backend.plans.get("alice", "demo").active_items[0]
+    assert item.task_id == task.id
+    assert item.status is ItemStatus.FAILED
+    log = (tmp_path / "logs" / f"{task.id}.log").read_text()
+    assert "claimed task" in log
+    # the process was reaped: no zombie left
+    pid = int(ref.removeprefix("local:"))
+    eventually(lambda: is_zombie_or_gone(pid) == "gone")
+
+
+def test_the_runtime_gets_the_ticket_only_through_its_environment(
+    endpoints: RuntimeEndpoints, prefix: str, task: Task
+) -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with LocalLauncher(endpoints, extra_env={"STEWARD_TABLE_PREFIX": prefix}, command=sleeper) as launcher:
+        ticket = "tk-" + uuid.uuid4().hex
+        pid = int(launcher.launch(task, ticket).removeprefix("local:"))
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert ticket.encode() not in cmdline
+        entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        env = dict(e.decode().split("=", 1) for e in entries if e)
+        assert env["STEWARD_TICKET"] == ticket
+        assert env["STEWARD_TASK_ID"] == task.id
+        assert env["STEWARD_API_URL"] == endpoints.api_url
+        assert env["STEWARD_RELAY_URL"] == endpoints.relay_url
+        assert env["AWS_ENDPOINT_URL"] == endpoints.aws_endpoint_url
+        assert env["STEWARD_TABLE_PREFIX"] == prefix
+        allowed = {"PATH", "HOME", "LANG", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID"}
+        allowed |= {"AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "STEWARD_TABLE_PREFIX"}
+        allowed |= {"STEWARD_TASK_ID", "STEWARD_TICKET", "STEWARD_API_URL", "STEWARD_RELAY_URL"}
+        assert set(env) <= allowed
+        assert env["AWS_ACCESS_KEY_ID"] == "local"
+
+
+def test_launching_twice_while_the_first_runs_starts_one_process(
+    backend: Services, launcher: LocalLauncher, task: Task, tmp_path: Path
+) -> None:
+    first = launcher.launch(task, "ticket-1")
+    second = launcher.launch(task, "ticket-2")
+    assert first == second
+    assert launcher.wait(task.id, WAIT) == 0
+    log = (tmp_path / "logs" / f"{task.id}.log").read_text()
+    assert log.count("steward.runner:") == 1
+    assert [e["type"] for e in events_of(backend, task)] == ["started", "finished"]
+
+
+def test_a_second_runtime_after_the_first_finished_changes_nothing(
+    backend: Services, launcher: LocalLauncher, task: Task, tmp_path: Path
+) -> None:
+    first = launcher.launch(task, "ticket-1")
+    assert launcher.wait(task.id, WAIT) == 0
+    finished = backend.tasks.tasks.require(task.id)
+    events = events_of(backend, task)
+    mark = watermark(backend, "alice")
+    plan = backend.plans.get("alice", "demo")
+
+    second = launcher.launch(task, "ticket-2")
+    assert second != first  # the first had exited: a new process
+    assert launcher.wait(task.id, WAIT) == 0
+    assert backend.tasks.tasks.require(task.id) == finished
+    assert events_of(backend, task) == events
+    assert watermark(backend, "alice") == mark
+    assert backend.plans.get("alice", "demo") == plan
+    log = (tmp_path / "logs" / f"{task.id}.log").read_text()
+    assert "nothing to do" in log
+
+
+@pytest.mark.parametrize(
+    "missing", ["STEWARD_TASK_ID", "STEWARD_TICKET", "STEWARD_API_URL", "STEWARD_RELAY_URL"]
+)
+def test_a_missing_variable_exits_2_naming_it(missing: str, moto_url: str) -> None:
+    values = {
+        "STEWARD_TASK_ID": "t-value-1",
+        "STEWARD_TICKET": "ticket-value-2",
+        "STEWARD_API_URL": "http://api-value-3",
+        "STEWARD_RELAY_URL": "http://relay-value-4",
+    }
+    env = {"PATH": os.environ.get("PATH", ""), "AWS_ENDPOINT_URL": moto_url, "AWS_DEFAULT_REGION": REGION}
+    env |= {k: v for k, v in values.items() if k != missing}
+    done = subprocess.run(
+        [sys.executable, "-m", "steward.runner"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert missing in done.stderr
+    assert done.stdout == ""
+    for value in values.values():
+        assert value not in done.stderr
+
+
+def test_stop_kills_the_whole_process_group(endpoints: RuntimeEndpoints, task: Task, tmp_path: Path) -> None:
+    # A runtime that ignores SIGTERM and has a child of its own, also ignoring SIGTERM.
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    launcher = LocalLauncher(
+        endpoints, command=[sys.executable, "-c", script], log_dir=tmp_path, stop_grace=0.5
+    )
+    ref = launcher.launch(task, "ticket-1")
+    pid = int(ref.removeprefix("local:"))
+    log = tmp_path / f"{task.id}.log"
+    eventually(lambda: log.exists() and log.read_text().strip() != "")
+    child = int(log.read_text().split()[0])
+    assert os.getpgid(child) == pid
+    assert launcher.launch(task, "ticket-2") == ref  # still running: same runtime
+
+    started = time.monotonic()
+    launcher.stop(task, ref)
+    assert time.monotonic() - started < 10
+    assert live_members(pid) == []
+    assert is_zombie_or_gone(pid) == "gone"
+    assert is_zombie_or_gone(child) != "alive"
+    assert launcher.wait(task.id, 1) == -9
+    launcher.stop(task, ref)  # again: nothing left, still fine
+    launcher.stop(task, None)
+
+    # after a stop, a launch starts a new runtime
+    again = launcher.launch(task, "ticket-3")
+    assert again != ref
+    launcher.close()
+    assert live_members(int(again.removeprefix("local:"))) == []
+
+
+def test_close_stops_every_runtime(endpoints: RuntimeEndpoints, backend: Services, task: Task) -> None:
+    other, _ = spawn_item(backend, backend.plans.get("alice", "demo"), 2)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    launcher = LocalLauncher(endpoints, command=sleeper)
+    refs = [launcher.launch(t, "ticket") for t in (task, other)]
+    launcher.close()
+    for ref in refs:
+        assert live_members(int(ref.removeprefix("local:"))) == []
+    assert launcher.wait(task.id, 1) == -15
+    assert launcher.wait(other.id, 1) == -15

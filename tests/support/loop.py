@@ -1,0 +1,85 @@
+"""A heartbeat wired to real stores on moto and the Fargate launcher on the ECS fake."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from steward.adapters.fargate_launcher import FargateLauncher
+from steward.adapters.plan_store import PlanStore
+from steward.adapters.task_store import TaskStore
+from steward.adapters.ticket_store import TicketStore
+from steward.adapters.user_store import UserStore
+from steward.domain.launch import RuntimeEndpoints
+from steward.domain.loop import LoopSettingsUpdate
+from steward.domain.models import utcnow
+from steward.services.container import Services
+from steward.services.heartbeat import Heartbeat
+from steward.services.reaper import Reaper
+
+from tests.support.fake_ecs import FakeEcs
+
+
+@dataclass
+class Clock:
+    now: datetime = field(default_factory=utcnow)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class Loop:
+    services: Services
+    clock: Clock
+    ecs: FakeEcs
+    heartbeat: Heartbeat
+    reaper: Reaper
+
+    @property
+    def tasks(self) -> TaskStore:
+        return self.heartbeat.tasks
+
+    def settings(self, user: str, **changes: object) -> None:
+        self.heartbeat.users.update_loop_settings(
+            user, LoopSettingsUpdate.model_validate(changes), now=self.clock(), clear_quiet_hours=False
+        )
+
+    def new_heartbeat(self) -> Heartbeat:
+        """A second heartbeat (another Lambda instance) sharing stores, clock and ECS."""
+        return Heartbeat(
+            users=self.heartbeat.users,
+            plans=self.heartbeat.plans,
+            tasks=self.heartbeat.tasks,
+            tickets=self.heartbeat.tickets,
+            launcher=self.heartbeat.launcher,
+            clock=self.clock,
+        )
+
+
+def build_loop(services: Services) -> Loop:
+    tables = services.tables
+    clock = Clock()
+    ecs = FakeEcs()
+    launcher = FargateLauncher(
+        ecs,
+        cluster="steward",
+        task_definition="steward-runner:1",
+        container_name="runner",
+        subnets=["subnet-1"],
+        security_groups=["sg-1"],
+        endpoints=RuntimeEndpoints(api_url="https://api.example", relay_url="https://relay.example"),
+    )
+    tasks = TaskStore(tables)
+    heartbeat = Heartbeat(
+        users=UserStore(tables),
+        plans=PlanStore(tables),
+        tasks=tasks,
+        tickets=TicketStore(tables),
+        launcher=launcher,
+        clock=clock,
+    )
+    return Loop(services, clock, ecs, heartbeat, Reaper(tasks, launcher))
