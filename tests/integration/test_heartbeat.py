@@ -312,3 +312,38 @@ def test_lost_item_projection_is_repaired(loop: Loop) -> None:
     plan = loop.services.plans.get("alice", "demo")
     assert plan.active_items[0].status.value == "failed"
     assert plan.status is PlanStatus.COMPLETED
+
+
+def test_every_action_of_a_decision_is_safe_to_apply_twice(loop: Loop) -> None:
+    from steward.domain.reconcile import Policy, reconcile  # noqa: PLC0415
+    from steward.services.heartbeat import _Apply  # noqa: PLC0415
+
+    confirmed(loop, *numbered(3))
+    confirmed(loop, "To archive", slug="old")
+    tick(loop)
+    loop.services.plans.archive("alice", "old")
+    done = loop.tasks.get(loop.services.plans.get("alice", "demo").active_items[0].task_id or "")
+    assert done is not None
+    for status in (TaskStatus.RUNNING, TaskStatus.FAILED):
+        done, _ = loop.tasks.transition(
+            done, status, now=loop.clock(), event=status.value, classification="retryable"
+        )
+    loop.tasks.project_item(done, now=loop.clock())
+
+    state = loop.heartbeat.users.acquire_lease("alice", owner="twice", now=loop.clock(), ttl=LEASE_TTL)
+    assert state is not None
+    plans = loop.heartbeat.plans.all_for_user("alice")
+    live = loop.tasks.live_for_user("alice")
+    decision = reconcile(plans, live, loop.clock(), Policy(max_parallel=10, spawns_left=10))
+    kinds = {type(a).__name__ for a in decision.actions}
+    assert {"Spawn", "Cancel"} <= kinds
+    for _ in range(2):
+        _Apply(
+            loop.heartbeat, state, {p.slug: p for p in plans}, {t.id: t for t in live}, loop.clock(), "day"
+        ).run(decision.actions)
+    one_task_per_attempt(loop)
+    assert len(all_tasks(loop)) == 5  # 3 + 1 archived + the retry of the failed one
+    assert len(loop.ecs.runs) == 5
+    # stopping is repeated (a crash between cancel and stop must still stop) but ECS's
+    # StopTask is idempotent: one runtime, stopped
+    assert len({s["task"] for s in loop.ecs.stops}) == 1

@@ -198,7 +198,11 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with LocalStack(state_file=args.state_file or DEFAULT_STATE_FILE) as stack:
+    with LocalStack(
+        state_file=args.state_file or DEFAULT_STATE_FILE,
+        tick_seconds=args.tick_seconds,
+        reaper_seconds=args.reaper_seconds,
+    ) as stack:
         print(f"steward local stack is up; state in {stack.state_file}", flush=True)
         for key in ("api_url", "aws_endpoint_url"):
             print(f"  {key}: {stack.state[key]}", flush=True)
@@ -292,7 +296,10 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     local = sub.add_parser("local", help="the embedded local stack").add_subparsers(
         dest="local_command", required=True
     )
-    local.add_parser("up", help="start the local stack until Ctrl-C").set_defaults(func=cmd_local_up)
+    p = local.add_parser("up", help="start the local stack until Ctrl-C")
+    p.add_argument("--tick-seconds", type=float, default=2.0, help="scheduler period (default 2)")
+    p.add_argument("--reaper-seconds", type=float, default=5.0, help="reaper period (default 5)")
+    p.set_defaults(func=cmd_local_up)
     p = local.add_parser("token", help="mint a dev bearer token")
     p.add_argument("name")
     p.set_defaults(func=cmd_local_token)
