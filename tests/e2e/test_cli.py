@@ -11,9 +11,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlparse
 
+import httpx
 import pytest
 
 from tests.support.documents import document
@@ -111,6 +113,32 @@ def test_local_token_and_admin_link(local_up: tuple[subprocess.Popen[str], Path]
     assert moved.returncode == 0
 
 
+def test_local_capability_drives_the_relay_from_outside(local_up: tuple[subprocess.Popen[str], Path]) -> None:
+    _, state_file = local_up
+    made = run(
+        state_file, "local", "capability", "--user", "alice", "--budget-usd", "0.002", "--model", "scripted"
+    )
+    assert made.returncode == 0, made.stderr
+    fixture = json.loads(made.stdout)
+    relay = json.loads(state_file.read_text())["relay_url"] + "/v1/relay/converse"
+    body = {
+        "messages": [{"role": "user", "content": [{"text": "hello"}]}],
+        "inferenceConfig": {"maxTokens": 100},
+    }
+    auth = {"Authorization": f"Bearer {fixture['capability']}"}
+    answered = httpx.post(relay, json=body, headers=auth, timeout=30)
+    assert answered.status_code == 200, answered.text
+    steward = answered.json()["steward"]
+    assert Decimal(steward["cost_usd"]) > 0
+    assert Decimal(steward["remaining_usd"]) == Decimal("0.002") - Decimal(steward["cost_usd"])
+    assert httpx.post(relay, json=body, timeout=30).status_code == 401
+    statuses = []
+    while len(statuses) < 300 and (not statuses or statuses[-1] == 200):
+        statuses.append(httpx.post(relay, json=body, headers=auth, timeout=30).status_code)
+    assert statuses[-1] == 402, statuses  # one caller at a time: spent, never "held"
+    assert set(statuses[:-1]) == {200}
+
+
 def test_sigterm_stops_everything_and_removes_the_state_file(
     local_up: tuple[subprocess.Popen[str], Path],
 ) -> None:
@@ -119,7 +147,7 @@ def test_sigterm_stops_everything_and_removes_the_state_file(
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
     assert not state_file.exists()
-    for key in ("api_url", "aws_endpoint_url"):
+    for key in ("api_url", "relay_url", "aws_endpoint_url"):
         url = urlparse(state[key])
         with (
             pytest.raises(ConnectionRefusedError),

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import http.client
 import json
 import logging
 import socket
@@ -27,7 +28,7 @@ import httpx
 import jwt
 import pytest
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, APIGatewayRestResolver
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from cryptography.hazmat.primitives import serialization
@@ -563,3 +564,232 @@ def test_adapter_runs_one_invocation_at_a_time_unless_told_otherwise() -> None:
     ):
         codes = list(pool.map(lambda _: httpx.get(server.url).status_code, range(2)))
     assert codes == [204, 204]
+
+
+# -- Lambda HTTP adapter: REST API (payload 1.0) -------------------------------------------------
+
+
+@pytest.fixture
+def rest(recorder: Recorder) -> Iterator[LambdaHttpServer]:
+    with LambdaHttpServer(
+        recorder, kind="rest_api", max_body_bytes=1024, function_name="steward-relay"
+    ) as server:
+        yield server
+
+
+def test_rest_adapter_builds_the_rest_api_proxy_event(rest: LambdaHttpServer, recorder: Recorder) -> None:
+    response = httpx.post(
+        f"{rest.url}/v1/relay/converse?a=1&a=2&b=x%20y&empty=",
+        headers=[
+            ("Authorization", "Bearer cap"),
+            ("X-Multi", "one"),
+            ("X-Multi", "two"),
+            ("Content-Type", "application/json"),
+        ],
+        content=b'{"hello": "w\xc3\xb6rld"}',
+    )
+    assert response.status_code == 200
+    assert response.headers["x-echo"] == "yes"
+    assert "set-cookie" not in response.headers  # `cookies` is not a field of a 1.0 response
+    assert response.headers["x-amzn-requestid"]
+    event = response.json()
+    assert event == recorder.events[0]
+
+    assert "version" not in event
+    assert "rawPath" not in event
+    assert event["resource"] == "/{proxy+}"
+    assert event["path"] == "/v1/relay/converse"
+    assert event["httpMethod"] == "POST"
+    assert event["pathParameters"] == {"proxy": "v1/relay/converse"}
+    assert event["stageVariables"] is None
+    headers, multi = event["headers"], event["multiValueHeaders"]
+    assert headers["Authorization"] == "Bearer cap"  # names as sent
+    assert headers["X-Multi"] == "two"  # the last value
+    assert multi["X-Multi"] == ["one", "two"]
+    assert multi["Authorization"] == ["Bearer cap"]
+    assert set(headers) == set(multi)
+    assert all(multi[name][-1] == value for name, value in headers.items())
+    assert headers["X-Forwarded-For"] == "127.0.0.1"
+    assert headers["X-Forwarded-Proto"] == "http"
+    assert event["queryStringParameters"] == {"a": "2", "b": "x y", "empty": ""}
+    assert event["multiValueQueryStringParameters"] == {"a": ["1", "2"], "b": ["x y"], "empty": [""]}
+    assert event["body"] == '{"hello": "wörld"}'
+    assert event["isBase64Encoded"] is False
+
+    ctx = event["requestContext"]
+    assert ctx["accountId"] == "000000000000"
+    assert ctx["apiId"] == "local-rest"
+    assert ctx["resourcePath"] == "/{proxy+}"
+    assert ctx["resourceId"]
+    assert ctx["httpMethod"] == "POST"
+    assert ctx["stage"] == "local"
+    assert ctx["path"] == "/local/v1/relay/converse"  # the stage is part of it
+    assert ctx["protocol"] == "HTTP/1.1"
+    assert ctx["domainName"] == rest.url.removeprefix("http://")
+    assert ctx["domainPrefix"] == "127"
+    assert str(uuid.UUID(ctx["requestId"])) == ctx["requestId"]
+    assert ctx["requestId"] == response.headers["x-amzn-requestid"]
+    assert len(base64.b64decode(ctx["extendedRequestId"])) == 11
+    assert abs(ctx["requestTimeEpoch"] / 1000 - time.time()) < 60
+    time.strptime(ctx["requestTime"], "%d/%b/%Y:%H:%M:%S +0000")
+    identity = ctx["identity"]
+    assert identity["sourceIp"] == "127.0.0.1"
+    assert identity["userAgent"] == headers["User-Agent"]
+    assert identity["caller"] is None
+    assert identity["cognitoIdentityId"] is None
+    assert identity["userArn"] is None
+    assert "authorizer" not in ctx
+    assert recorder.contexts[0].function_name == "steward-relay"
+
+
+def test_rest_adapter_nulls_absent_parts_and_base64_encodes_binary_bodies(
+    rest: LambdaHttpServer, recorder: Recorder
+) -> None:
+    plain = httpx.get(f"{rest.url}/v1/relay/health").json()
+    assert plain["httpMethod"] == "GET"
+    assert plain["queryStringParameters"] is None
+    assert plain["multiValueQueryStringParameters"] is None
+    assert plain["body"] is None
+    assert plain["isBase64Encoded"] is False
+    assert plain["pathParameters"] == {"proxy": "v1/relay/health"}
+
+    only_flag = httpx.get(f"{rest.url}/v1/x?flag").json()
+    assert only_flag["queryStringParameters"] == {"flag": ""}
+    assert only_flag["multiValueQueryStringParameters"] == {"flag": [""]}
+
+    payload = bytes(range(256))
+    binary = httpx.put(
+        f"{rest.url}/v1/blob", content=payload, headers={"Content-Type": "application/octet-stream"}
+    ).json()
+    assert binary["isBase64Encoded"] is True
+    assert base64.b64decode(binary["body"]) == payload
+
+    root = httpx.get(f"{rest.url}/").json()
+    assert root["resource"] == "/"
+    assert root["requestContext"]["resourcePath"] == "/"
+    assert root["requestContext"]["path"] == "/local/"
+    assert root["pathParameters"] is None
+
+    host, port = rest.url.removeprefix("http://").rsplit(":", 1)
+    for dotted in ("/v1/relay/../converse", "/v1/relay/%2e%2e/converse", "/v1/./relay"):
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)  # httpx would normalize it
+        try:
+            conn.request("GET", dotted)
+            assert conn.getresponse().status == 400
+        finally:
+            conn.close()
+    assert len(recorder.events) == 4
+
+
+def test_rest_adapter_authorizer_puts_claims_where_a_cognito_authorizer_does(
+    recorder: Recorder, issuer: DevIssuer
+) -> None:
+    with LambdaHttpServer(
+        recorder, kind="rest_api", authorizer=issuer.verify, public_path_prefixes=("/v1/public/",)
+    ) as server:
+        token = issuer.mint("alice")
+        ok = httpx.get(f"{server.url}/v1/plans", headers={"authorization": f"Bearer {token}"})
+        missing = httpx.get(f"{server.url}/v1/plans")
+        foreign = httpx.get(
+            f"{server.url}/v1/plans",
+            headers={"Authorization": f"Bearer {DevIssuer.generate().mint('alice')}"},
+        )
+        public = httpx.get(f"{server.url}/v1/public/ping")
+    assert ok.status_code == 200
+    authorizer = ok.json()["requestContext"]["authorizer"]
+    assert set(authorizer) == {"claims"}
+    assert authorizer["claims"]["sub"] == "alice"
+    assert authorizer["claims"]["iat"] == str(issuer.verify(token)["iat"])
+    assert all(isinstance(value, str) for value in authorizer["claims"].values())
+    for rejected in (missing, foreign):
+        assert rejected.status_code == 401
+        assert rejected.json()["error"]["code"] == "unauthorized"
+    assert "authorizer" not in public.json()["requestContext"]
+    assert len(recorder.events) == 2
+
+
+def test_rest_adapter_reads_a_1_0_response_as_api_gateway_does(caplog: pytest.LogCaptureFixture) -> None:
+    results: list[Any] = [
+        {
+            "statusCode": 202,
+            "headers": {"X-One": "a", "X-Both": "same", "X-Extra": "single"},
+            "multiValueHeaders": {"X-Both": ["same", "other"], "X-Extra": ["multi"]},
+            "cookies": ["ignored=1"],
+            "body": "accepted",
+        },
+        {"ok": True},  # no statusCode: a malformed proxy response for a REST API
+    ]
+    with (
+        caplog.at_level(logging.ERROR, logger="steward.local.http_adapter"),
+        LambdaHttpServer(lambda event, context: results.pop(0), kind="rest_api") as server,
+    ):
+        first = httpx.get(f"{server.url}/v1/a")
+        second = httpx.get(f"{server.url}/v1/b")
+    assert first.status_code == 202
+    assert first.text == "accepted"
+    assert first.headers.get_list("x-one") == ["a"]
+    assert first.headers.get_list("x-both") == ["same", "other"]
+    assert sorted(first.headers.get_list("x-extra")) == ["multi", "single"]
+    assert "set-cookie" not in first.headers
+    assert second.status_code == 500
+    assert second.json()["error"]["code"] == "internal"
+    assert "ValueError" in caplog.text
+
+
+def test_powertools_rest_resolver_runs_through_the_rest_adapter() -> None:
+    app = APIGatewayRestResolver()
+    logger = Logger(service="steward-test", level="WARNING")
+
+    @app.post("/v1/relay/converse")
+    def converse() -> dict[str, Any]:
+        event = app.current_event
+        body = event.json_body
+        return {
+            "authorization": event.headers.get("authorization"),  # any case, as in AWS
+            "messages": len(body["messages"]),
+            "max_tokens": body["inferenceConfig"]["maxTokens"],
+            "stage": event.request_context.stage,
+            "proxy": event.path_parameters["proxy"],
+            "trace": event.query_string_parameters.get("trace"),
+        }
+
+    @logger.inject_lambda_context
+    def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return app.resolve(event, context)
+
+    request = {
+        "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+        "inferenceConfig": {"maxTokens": 64},
+    }
+    with (
+        LambdaHttpServer(lambda_handler, kind="rest_api", function_name="steward-relay") as server,
+        httpx.Client(base_url=server.url) as client,
+    ):
+        ok = client.post(
+            "/v1/relay/converse?trace=1", json=request, headers={"Authorization": "Bearer cap-123"}
+        )
+        wrong_method = client.get("/v1/relay/converse")
+        missing = client.post("/v1/relay/nope", json=request)
+    assert ok.status_code == 200
+    assert ok.headers["content-type"] == "application/json"
+    assert ok.json() == {
+        "authorization": "Bearer cap-123",
+        "messages": 1,
+        "max_tokens": 64,
+        "stage": "local",
+        "proxy": "v1/relay/converse",
+        "trace": "1",
+    }
+    assert wrong_method.status_code in (404, 405)
+    assert missing.status_code == 404
+
+
+def test_rest_adapter_refuses_oversized_bodies(rest: LambdaHttpServer, recorder: Recorder) -> None:
+    for size in (1025, 4 * 1024 * 1024):
+        response = httpx.post(f"{rest.url}/v1/relay/converse", content=b"x" * size, timeout=30)
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "too_large"
+    assert recorder.events == []
+    ok = httpx.post(f"{rest.url}/v1/relay/converse", content=b"x" * 1024)
+    assert ok.status_code == 200
+    assert ok.json()["body"] == "x" * 1024

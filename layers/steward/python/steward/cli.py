@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         reaper_seconds=args.reaper_seconds,
     ) as stack:
         print(f"steward local stack is up; state in {stack.state_file}", flush=True)
-        for key in ("api_url", "aws_endpoint_url"):
+        for key in ("api_url", "relay_url", "aws_endpoint_url"):
             print(f"  {key}: {stack.state[key]}", flush=True)
         print("  users: " + ", ".join(stack.state["users"]) + "  (Ctrl-C to stop)", flush=True)
         stop.wait()
@@ -218,6 +219,30 @@ def cmd_local_token(args: argparse.Namespace) -> int:
     state_file = args.state_file or DEFAULT_STATE_FILE
     issuer = DevIssuer.load_or_create(state_file.parent / "dev-jwt-key.pem")
     print(issuer.mint(args.name))
+    return 0
+
+
+def _decimal_arg(text: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"expected a decimal amount, got {text!r}") from None
+    if not value.is_finite() or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive amount, got {text!r}")
+    return value
+
+
+def cmd_local_capability(args: argparse.Namespace) -> int:
+    from steward.local.fixtures import running_task_with_capability  # noqa: PLC0415
+
+    state_file = args.state_file or DEFAULT_STATE_FILE
+    if not state_file.exists():
+        print(f"error: {state_file} not found: start `steward local up` first", file=sys.stderr)
+        return 1
+    result = running_task_with_capability(
+        state_file, user=args.fixture_user, budget_usd=args.budget_usd, model=args.model
+    )
+    print(json.dumps(result))
     return 0
 
 
@@ -300,6 +325,13 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     p.add_argument("--tick-seconds", type=float, default=2.0, help="scheduler period (default 2)")
     p.add_argument("--reaper-seconds", type=float, default=5.0, help="reaper period (default 5)")
     p.set_defaults(func=cmd_local_up)
+    p = local.add_parser(
+        "capability", help="create a running task for a user and print its capability (JSON)"
+    )
+    p.add_argument("--user", dest="fixture_user", required=True, help="the task's owner")
+    p.add_argument("--budget-usd", type=_decimal_arg, required=True, help="the task's budget")
+    p.add_argument("--model", default="scripted", help="a model id of the price table (default scripted)")
+    p.set_defaults(func=cmd_local_capability)
     p = local.add_parser("token", help="mint a dev bearer token")
     p.add_argument("name")
     p.set_defaults(func=cmd_local_token)

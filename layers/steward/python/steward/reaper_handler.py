@@ -25,8 +25,11 @@ def _reaper() -> Reaper:
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    failed = _reaper().sweep(utcnow())
+    now = utcnow()
+    failed = _reaper().sweep(now)
+    released = _reaper().sweep_reservations(now)
     metrics.add_metric(name="TasksReaped", unit=MetricUnit.Count, value=len(failed))
+    metrics.add_metric(name="ReservationsExpired", unit=MetricUnit.Count, value=released)
     if failed:
         logger.info("reaped stale tasks", extra={"task_ids": failed})
-    return {"reaped": failed}
+    return {"reaped": failed, "reservations_expired": released}

@@ -88,6 +88,8 @@ TASKS = TableSpec(
         # heartbeat reads a user's live tasks and the reaper the overdue ones, never history.
         Index("live_by_user", Key("live_user"), Key("created_key")),
         Index("live_deadline", Key("live_shard"), Key("deadline")),
+        # Sparse: tasks with relay reservations outstanding, for the reaper's expiry sweep.
+        Index("reserved", Key("reservation_shard"), Key("task_id")),
     ),
     doc="One item per task attempt, created only by spawn (attribute_not_exists).",
 )

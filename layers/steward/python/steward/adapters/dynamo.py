@@ -51,6 +51,10 @@ class Tables:
     def table(self, spec: TableSpec) -> Table:
         return self.resource.Table(spec.physical_name(self.prefix))
 
+    def table_by_name(self, logical_name: str) -> Table:
+        spec = next(s for s in ALL_TABLES if s.logical_name == logical_name)
+        return self.table(spec)
+
     def name(self, spec: TableSpec) -> str:
         return spec.physical_name(self.prefix)
 

@@ -89,12 +89,17 @@ def task_to_item(task: Task) -> dict[str, Any]:
     if not task.terminal:
         data["live_user"] = task.user
         data["live_shard"] = live_shard(task.user)
+    # The relay's running totals (steward.adapters.budget_store): committed = settled spend
+    # plus outstanding reservations; headroom = budget - committed.
+    data["committed_usd"] = task.cost_usd
+    data["headroom_usd"] = task.budget_usd - task.cost_usd
+    data["reservations"] = {}
     return data
 
 
 def item_to_task(item: Mapping[str, Any]) -> Task:
     data = plain(dict(item))
-    for name in ("created_key", "live_user", "live_shard"):
+    for name in ("created_key", "live_user", "live_shard", "reservation_shard"):
         data.pop(name, None)
     return Task(id=data.pop("task_id"), **data)
 

@@ -80,8 +80,14 @@ class InvalidDocument(StewardError):
 
 
 class RetryLater(StewardError):
+    """Budget room is held by calls in flight: retry after `retry_after` seconds."""
+
     status = 429
     code = "retry_later"
+
+    def __init__(self, message: str, *, field: str | None = None, retry_after: int = 1) -> None:
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
 
 
 class ProviderError(StewardError):

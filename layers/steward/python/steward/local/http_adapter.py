@@ -1,9 +1,19 @@
 """Serve a real Lambda handler over HTTP on loopback, as API Gateway or a Function URL would.
 
 The local stack runs the same handler code as AWS, so the adapter's job is to be a faithful
-front door: it builds the HTTP API payload format 2.0 event (the shape Function URLs use as
-well), runs the JWT authorizer step before the handler as API Gateway does, and turns the
-handler's response dict back into HTTP. Choices where AWS has no local equivalent:
+front door: it builds the event the handler would get in AWS, runs the authorizer step before
+the handler as API Gateway does, and turns the handler's response dict back into HTTP. Kinds:
+
+* `http_api`: an HTTP API with a JWT authorizer, payload format 2.0; claims arrive at
+  `requestContext.authorizer.jwt.claims`.
+* `function_url`: a Lambda Function URL (payload 2.0 as well, no authorizer).
+* `rest_api`: a REST API whose `ANY /{proxy+}` (and `ANY /`) method is a Lambda proxy
+  integration, payload format 1.0, deployed to the stage `local`; with an authorizer, claims
+  arrive at `requestContext.authorizer.claims` as from a Cognito user pool authorizer. Its
+  response is read as API Gateway reads a 1.0 response: `statusCode` is required,
+  `multiValueHeaders` is merged with `headers`, and `cookies` is not a field of it.
+
+Choices where AWS has no local equivalent:
 
 * Invocations of one server are serialized by default (one warm execution environment):
   Lambda never runs two events in one environment at once, and handlers may rely on that
@@ -38,7 +48,9 @@ _LOG = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], Any], Any]
 Authorizer = Callable[[str], Mapping[str, Any]]
-Kind = Literal["http_api", "function_url"]
+Kind = Literal["http_api", "function_url", "rest_api"]
+KINDS: tuple[Kind, ...] = ("http_api", "function_url", "rest_api")
+REST_STAGE = "local"  # the stage name of the local REST API: `requestContext.stage`
 
 TIMEOUT_SECONDS = 30.0  # API Gateway's integration timeout: the handler's budget
 _IDLE_SECONDS = 60.0  # keep-alive connections idle longer than this are closed
@@ -55,6 +67,20 @@ _TEXT_TYPES = (
     "application/graphql",
 )
 _HOP_BY_HOP = {"connection", "content-length", "transfer-encoding", "keep-alive"}
+_REST_RESOURCE_ID = "l0ca1p"  # API Gateway's id of the `/{proxy+}` resource (6 characters)
+_REST_ROOT_RESOURCE_ID = "l0ca1r"  # and of the root resource `/`
+_REST_IDENTITY_KEYS = (
+    "cognitoIdentityPoolId",
+    "accountId",
+    "cognitoIdentityId",
+    "caller",
+    "principalOrgId",
+    "accessKey",
+    "cognitoAuthenticationType",
+    "cognitoAuthenticationProvider",
+    "userArn",
+    "user",
+)
 
 
 class LambdaContext:
@@ -102,7 +128,7 @@ class LambdaHttpServer:
         function_name: str = "steward-local",
         invocation_lock: AbstractContextManager[Any] | None = None,
     ) -> None:
-        if kind not in ("http_api", "function_url"):
+        if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}")
         if kind == "function_url" and authorizer is not None:
             raise ValueError("a Function URL has no JWT authorizer")
@@ -223,7 +249,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         try:
             result = adapter.invoke(event)
-            status, headers, payload = _http_response(result)
+            status, headers, payload = _http_response(result, v1=adapter.kind == "rest_api")
         except Exception as exc:
             _log_failure("handler", adapter.function_name, exc, request_id)
             self._send_error(500, "internal", "internal error", request_id)
@@ -273,6 +299,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         raw_path, _, raw_query = self.path.partition("?")
         if not raw_path.startswith("/") or any(s in (".", "..") for s in unquote(raw_path).split("/")):
             raise _Reject(400, "bad_request", "invalid request path")
+        if adapter.kind == "rest_api":
+            return self._rest_event(body, request_id, raw_path, raw_query)
         headers: dict[str, str] = {}
         cookies: list[str] = []
         for name, value in self.headers.items():
@@ -320,11 +348,79 @@ class _RequestHandler(BaseHTTPRequestHandler):
             "timeEpoch": int(now * 1000),
         }
         if body:
-            text = None if _is_binary(headers.get("content-type")) else _utf8(body)
-            event["body"] = text if text is not None else base64.b64encode(body).decode("ascii")
-            event["isBase64Encoded"] = text is None
+            event["body"], event["isBase64Encoded"] = _event_body(body, headers.get("content-type"))
         else:
             event["isBase64Encoded"] = False
+        return event
+
+    def _rest_event(self, body: bytes, request_id: str, raw_path: str, raw_query: str) -> dict[str, Any]:
+        """The REST API Lambda proxy event (payload 1.0) of `ANY /{proxy+}` or `ANY /`.
+
+        Header names keep the spelling the client sent; a repeated header (names compared
+        without case) lists every value in `multiValueHeaders` and its last value in
+        `headers`. Query parameters are decoded the same way. `path` and the `proxy` path
+        parameter are the path as sent, percent-encoding included.
+        """
+        multi_headers: dict[str, list[str]] = {}
+        spelling: dict[str, str] = {}  # lower-case name -> the first spelling seen
+        for name, value in self.headers.items():
+            key = spelling.setdefault(name.lower(), name)
+            multi_headers.setdefault(key, []).append(value)
+        client_ip = self.client_address[0]
+        forwarded = multi_headers.pop(spelling.pop("x-forwarded-for", ""), None)
+        for name in ("x-forwarded-proto", "x-forwarded-port", "x-amzn-trace-id"):
+            multi_headers.pop(spelling.pop(name, ""), None)
+        multi_headers["X-Forwarded-For"] = [", ".join([*(forwarded or []), client_ip])]
+        multi_headers["X-Forwarded-Port"] = [str(self.server.server_address[1])]
+        multi_headers["X-Forwarded-Proto"] = ["http"]
+        now = time.time()
+        multi_headers["X-Amzn-Trace-Id"] = [f"Root=1-{int(now):08x}-{uuid.uuid4().hex[:24]}"]
+        headers = {name: values[-1] for name, values in multi_headers.items()}
+        host = _header(headers, "host")
+        domain = host or "{}:{}".format(*self.server.server_address[:2])
+
+        multi_query: dict[str, list[str]] = {}
+        for key, value in parse_qsl(raw_query, keep_blank_values=True):
+            multi_query.setdefault(key, []).append(value)
+        root = raw_path == "/"
+        resource = "/" if root else "/{proxy+}"
+        gmt = time.gmtime(now)
+        event: dict[str, Any] = {
+            "resource": resource,
+            "path": raw_path,
+            "httpMethod": self.command,
+            "headers": headers,
+            "multiValueHeaders": multi_headers,
+            "queryStringParameters": {k: v[-1] for k, v in multi_query.items()} or None,
+            "multiValueQueryStringParameters": multi_query or None,
+            "pathParameters": None if root else {"proxy": raw_path[1:]},
+            "stageVariables": None,
+            "requestContext": {
+                "resourceId": _REST_ROOT_RESOURCE_ID if root else _REST_RESOURCE_ID,
+                "resourcePath": resource,
+                "httpMethod": self.command,
+                "extendedRequestId": base64.b64encode(os.urandom(11)).decode("ascii"),
+                "requestTime": time.strftime(f"%d/{_MONTHS[gmt.tm_mon - 1]}/%Y:%H:%M:%S +0000", gmt),
+                "path": f"/{REST_STAGE}{raw_path}",
+                "accountId": "000000000000",
+                "protocol": self.request_version,
+                "stage": REST_STAGE,
+                "domainPrefix": domain.split(":", 1)[0].split(".", 1)[0],
+                "requestTimeEpoch": int(now * 1000),
+                "requestId": request_id,
+                "identity": {
+                    **dict.fromkeys(_REST_IDENTITY_KEYS),
+                    "sourceIp": client_ip,
+                    "userAgent": _header(headers, "user-agent"),
+                },
+                "domainName": domain,
+                "apiId": "local-rest",
+            },
+            "body": None,
+            "isBase64Encoded": False,
+        }
+        if body:
+            event["body"], event["isBase64Encoded"] = _event_body(body, _header(headers, "content-type"))
         return event
 
     def _authorize(self, adapter: LambdaHttpServer, event: dict[str, Any]) -> None:
@@ -333,11 +429,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
         Real API Gateway answers 401 `{"message":"Unauthorized"}`; locally the body is the
         JSON error shape of DESIGN section 4 so clients handle one error format.
         """
-        if adapter.kind != "http_api" or adapter.authorizer is None:
+        if adapter.kind == "function_url" or adapter.authorizer is None:
             return
-        if event["rawPath"].startswith(adapter.public_path_prefixes):
+        rest = adapter.kind == "rest_api"
+        if event["path" if rest else "rawPath"].startswith(adapter.public_path_prefixes):
             return
-        scheme, _, token = event["headers"].get("authorization", "").strip().partition(" ")
+        authorization = _header(event["headers"], "authorization") or ""
+        scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if not scheme:
             raise _Reject(401, "unauthorized", "missing bearer token")
@@ -347,9 +445,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
             claims = adapter.authorizer(token)
         except Unauthorized as exc:
             raise _Reject(401, "unauthorized", exc.message) from None
-        event["requestContext"]["authorizer"] = {
-            "jwt": {"claims": {k: _claim_string(v) for k, v in claims.items()}, "scopes": None}
-        }
+        strings = {k: _claim_string(v) for k, v in claims.items()}
+        if rest:  # a Cognito user pool authorizer of a REST API
+            event["requestContext"]["authorizer"] = {"claims": strings}
+        else:
+            event["requestContext"]["authorizer"] = {"jwt": {"claims": strings, "scopes": None}}
 
     # -- response --------------------------------------------------------------------------
 
@@ -369,7 +469,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)
-        self.send_header("apigw-requestid", request_id)
+        # REST APIs name their request id header differently from HTTP APIs
+        rest = self.server.adapter.kind == "rest_api"
+        self.send_header("x-amzn-RequestId" if rest else "apigw-requestid", request_id)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         if self.command != "HEAD":
@@ -381,24 +483,22 @@ def _log_failure(what: str, function_name: str, exc: Exception, request_id: str)
     _LOG.error("%s of %s failed with %s (request %s)", what, function_name, type(exc).__name__, request_id)
 
 
-def _http_response(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
-    """Status, headers and body from a payload 2.0 response (ValueError if malformed).
+def _http_response(result: Any, *, v1: bool = False) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Status, headers and body from a Lambda proxy response (ValueError if malformed).
 
-    As API Gateway does, a result without `statusCode` is returned as a 200 JSON body.
+    Payload 2.0 (`v1=False`): as an HTTP API does, a result without `statusCode` is returned
+    as a 200 JSON body. Payload 1.0 (`v1=True`, a REST API): `statusCode` is required (API
+    Gateway answers 502 otherwise), `cookies` is not a field, and a name that is in both
+    `headers` and `multiValueHeaders` gets the multi values plus the single one if it differs.
     """
     if not isinstance(result, dict) or "statusCode" not in result:
+        if v1:
+            raise ValueError("malformed Lambda proxy response: no statusCode")
         return 200, [("Content-Type", "application/json")], json.dumps(result).encode()
     status = result["statusCode"]
     if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
         raise ValueError("statusCode must be an HTTP status")
-    headers: list[tuple[str, str]] = []
-    for name, value in (result.get("headers") or {}).items():
-        if str(name).lower() not in _HOP_BY_HOP:
-            headers.append((str(name), str(value)))
-    for name, values in (result.get("multiValueHeaders") or {}).items():
-        if str(name).lower() not in _HOP_BY_HOP:
-            headers.extend((str(name), str(v)) for v in values)
-    headers.extend(("Set-Cookie", str(cookie)) for cookie in result.get("cookies") or [])
+    headers = _response_headers(result, v1=v1)
     body = result.get("body")
     if body is None:
         payload = b""
@@ -412,6 +512,20 @@ def _http_response(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
     else:
         payload = body.encode()
     return status, headers, payload
+
+
+def _response_headers(result: dict[str, Any], *, v1: bool) -> list[tuple[str, str]]:
+    multi: list[tuple[str, str]] = []
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        if not isinstance(values, list):
+            raise ValueError("multiValueHeaders values must be lists")
+        multi.extend((str(name), str(v)) for v in values)
+    in_multi = {(name.lower(), value) for name, value in multi} if v1 else set()
+    single = [(str(name), str(value)) for name, value in (result.get("headers") or {}).items()]
+    headers = [(n, v) for n, v in single if (n.lower(), v) not in in_multi] + multi
+    if not v1:
+        headers.extend(("Set-Cookie", str(cookie)) for cookie in result.get("cookies") or [])
+    return [(name, value) for name, value in headers if name.lower() not in _HOP_BY_HOP]
 
 
 def _query_parameters(raw_query: str) -> dict[str, str]:
@@ -432,6 +546,22 @@ def _claim_string(value: Any) -> Any:
     if isinstance(value, list):
         return "[" + " ".join(str(_claim_string(v)) for v in value) + "]"
     return value
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header's value by its name in any case (payload 1.0 keeps the client's spelling)."""
+    value = headers.get(name)
+    if value is not None:
+        return value
+    return next((v for k, v in headers.items() if k.lower() == name), None)
+
+
+def _event_body(body: bytes, content_type: str | None) -> tuple[str, bool]:
+    """The event's `body` and `isBase64Encoded`: text as is, anything else in base64."""
+    text = None if _is_binary(content_type) else _utf8(body)
+    if text is not None:
+        return text, False
+    return base64.b64encode(body).decode("ascii"), True
 
 
 def _is_binary(content_type: str | None) -> bool:

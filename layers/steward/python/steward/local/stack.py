@@ -18,7 +18,10 @@ from typing import Any
 import boto3
 
 from steward.adapters.dynamo import Tables
+from steward.adapters.installation_store import InstallationStore
 from steward.config import Settings
+from steward.domain.installations import Installation
+from steward.domain.models import utcnow
 from steward.local.dev_auth import DevIssuer
 from steward.local.event_sources import Schedule, SqsSource
 from steward.local.http_adapter import LambdaHttpServer
@@ -29,6 +32,9 @@ DEV_USERS = ("alice", "bob")
 LOCAL_REGION = "us-east-1"
 DEFAULT_TICK_SECONDS = 2.0
 DEFAULT_REAPER_SECONDS = 5.0
+RUNTIME_PREFIX = "/v1/runtime/"
+SEED_INSTALLATION = 1
+SEED_REPOSITORIES = ("steward-demo/calculator",)
 
 
 @dataclass
@@ -42,6 +48,7 @@ class LocalStack:
     log_dir: Path | None = None
     _moto: MotoServer | None = field(default=None, init=False)
     _api: LambdaHttpServer | None = field(default=None, init=False)
+    _relay: LambdaHttpServer | None = field(default=None, init=False)
     _sources: list[Schedule | SqsSource] = field(default_factory=list, init=False)
     _saved_env: dict[str, str | None] = field(default_factory=dict, init=False)
     state: dict[str, Any] = field(default_factory=dict, init=False)
@@ -81,32 +88,24 @@ class LocalStack:
         )
         Tables.connect(settings.table_prefix, region_name=LOCAL_REGION).create_all()
         boto3.client("s3", region_name=LOCAL_REGION).create_bucket(Bucket=settings.artifacts_bucket)
+        key_id = self._seed(settings.table_prefix)
 
         issuer = DevIssuer.load_or_create(self.state_dir / "dev-jwt-key.pem")
-        from steward.api import handler  # noqa: PLC0415 - configured by the environment set above
-
-        # Build the handler's clients now, bound to this stack's endpoint (a cold start), so
-        # a later change of the process environment cannot redirect them.
-        handler.services.cache_clear()
-        handler.services()
-        lambda_handler = handler.lambda_handler
-
-        self._api = LambdaHttpServer(
-            lambda_handler,
-            kind="http_api",
-            authorizer=issuer.verify,
-            host=self.host,
-            port=self.api_port,
-            function_name="steward-api",
-        )
-        self._api.start()
-        self._start_loop(settings.table_prefix, self._api.url)
+        api_url, relay_url = self._start_http(issuer)
+        self._start_loop(settings.table_prefix, api_url, relay_url)
         self.state = {
-            "api_url": self._api.url,
+            "api_url": api_url,
+            "relay_url": relay_url,
             "aws_endpoint_url": self._moto.url,
             "region": LOCAL_REGION,
             "table_prefix": settings.table_prefix,
+            "capability_key_id": key_id,
             "users": {name: issuer.mint(name) for name in DEV_USERS},
+            "repos": {
+                "installation_id": SEED_INSTALLATION,
+                "owner": "alice",
+                "repositories": list(SEED_REPOSITORIES),
+            },
         }
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.state_file.with_suffix(".tmp")
@@ -117,7 +116,57 @@ class LocalStack:
         tmp.replace(self.state_file)
         return self.state
 
-    def _start_loop(self, prefix: str, api_url: str) -> None:
+    def _seed(self, prefix: str) -> str:
+        """The capability signing key, and (until the GitHub twin exists) an installation
+        for alice that holds the sample repositories. Returns the key id."""
+        kms = boto3.client("kms", region_name=LOCAL_REGION)
+        key_id = kms.create_key(
+            KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256", Description="steward capability"
+        )["KeyMetadata"]["KeyId"]
+        self._set_env({"STEWARD_CAPABILITY_KEY_ID": key_id})
+        installations = InstallationStore(Tables.connect(prefix, region_name=LOCAL_REGION))
+        installations.put(
+            Installation(
+                installation_id=SEED_INSTALLATION, account="steward-demo", repositories=SEED_REPOSITORIES
+            ),
+            now=utcnow(),
+        )
+        installations.link(SEED_INSTALLATION, "alice", now=utcnow(), force=True)
+        return key_id
+
+    def _start_http(self, issuer: DevIssuer) -> tuple[str, str]:
+        """The HTTP API (user routes behind the JWT authorizer, runtime routes outside it, as
+        two API Gateway routes to two functions) and the relay's REST API."""
+        from steward import mint_handler, relay_handler  # noqa: PLC0415 - configured by the environment
+        from steward.api import handler  # noqa: PLC0415
+
+        _forget_clients()
+        # Build the API's clients now, bound to this stack's endpoint (a cold start), so a
+        # later change of the process environment cannot redirect them.
+        handler.services()
+
+        def gateway(event: dict[str, Any], context: Any) -> Any:
+            if str(event.get("rawPath", "")).startswith(RUNTIME_PREFIX):
+                return mint_handler.lambda_handler(event, context)
+            return handler.lambda_handler(event, context)
+
+        self._api = LambdaHttpServer(
+            gateway,
+            kind="http_api",
+            authorizer=issuer.verify,
+            public_path_prefixes=(RUNTIME_PREFIX,),
+            host=self.host,
+            port=self.api_port,
+            function_name="steward-api",
+        )
+        self._api.start()
+        self._relay = LambdaHttpServer(
+            relay_handler.lambda_handler, kind="rest_api", host=self.host, function_name="steward-relay"
+        )
+        self._relay.start()
+        return self._api.url, self._relay.url
+
+    def _start_loop(self, prefix: str, api_url: str, relay_url: str) -> None:
         """The loop as in AWS: a scheduler rate, the heartbeat fed by the SQS FIFO queue,
         the reaper rate, and runtimes started as local subprocesses."""
         sqs = boto3.client("sqs", region_name=LOCAL_REGION)
@@ -129,14 +178,12 @@ class LocalStack:
                 "STEWARD_TICK_SECONDS": str(max(1, int(self.tick_seconds))),
                 "STEWARD_LAUNCHER": "local",
                 "STEWARD_API_URL": api_url,
-                # The relay arrives with its own capability; runtimes get its future address.
-                "STEWARD_RELAY_URL": f"{api_url}/v1/relay",
+                "STEWARD_RELAY_URL": relay_url,
                 "STEWARD_RUNTIME_LOG_DIR": str(self.log_dir or self.state_dir / "runs"),
             }
         )
         from steward import heartbeat_handler, reaper_handler, scheduler_handler  # noqa: PLC0415
 
-        _forget_clients()
         self._sources = [
             Schedule("steward-scheduler", scheduler_handler.lambda_handler, self.tick_seconds),
             SqsSource("steward-heartbeat", heartbeat_handler.lambda_handler, sqs, url, arn),
@@ -147,6 +194,9 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every part this stack started; remove the state file (its URLs are dead)."""
+        if self._relay is not None:
+            self._relay.stop()
+            self._relay = None
         for source in self._sources:
             source.stop()
         if self._sources:
@@ -190,12 +240,16 @@ class LocalStack:
 def _forget_clients() -> None:
     """Drop the handlers' per-process clients (their cold-start state), so a stack started
     later in this process binds them to its own endpoints."""
-    from steward import heartbeat_handler, reaper_handler, scheduler_handler  # noqa: PLC0415
+    from steward import heartbeat_handler, mint_handler, reaper_handler, relay_handler, scheduler_handler  # noqa: PLC0415
+    from steward.api import handler  # noqa: PLC0415
     from steward.services import wiring  # noqa: PLC0415
 
+    handler.services.cache_clear()
+    mint_handler.minter.cache_clear()
+    relay_handler.relay.cache_clear()
     wiring.launcher_from_env.cache_clear()
     heartbeat_handler._heartbeat.cache_clear()
     reaper_handler._reaper.cache_clear()
     scheduler_handler.scheduler.cache_clear()
-    for module in (heartbeat_handler, reaper_handler, scheduler_handler):
+    for module in (heartbeat_handler, reaper_handler, scheduler_handler, relay_handler):
         module.metrics.clear_metrics()  # disabled metrics are buffered, never flushed

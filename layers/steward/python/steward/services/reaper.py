@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from steward.adapters.budget_store import BudgetStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import Conflict, LifecycleError
 from steward.domain.ids import LIVE_SHARDS
@@ -20,6 +21,8 @@ from steward.domain.launch import Launcher
 from steward.domain.models import TaskStatus
 
 logger = logging.getLogger(__name__)
+
+_SHARDS = tuple(f"s{n:02d}" for n in range(LIVE_SHARDS))
 
 REASONS = {
     TaskStatus.QUEUED: "the runtime never started within the launch grace",
@@ -31,11 +34,36 @@ REASONS = {
 class Reaper:
     tasks: TaskStore
     launcher: Launcher | None = None
+    budget: BudgetStore | None = None
+
+    def sweep_reservations(self, now: datetime) -> int:
+        """Settle relay reservations past their expiry, charging them in full (no usage ever
+        arrived, so the whole reservation may have been spent). Conditional on the
+        reservation still existing and being expired: a late settlement by the relay and
+        this sweep never both apply. TTL is no substitute: it can lag for days."""
+        if self.budget is None:
+            return 0
+        charged = 0
+        for shard in _SHARDS:
+            touched: set[str] = set()
+            for task_id, reservation_id, amount in self.budget.expired(shard, now):
+                settled = self.budget.settle(
+                    task_id=task_id,
+                    reservation_id=reservation_id,
+                    reserved=amount,
+                    actual=amount,
+                    expired_before=now,
+                )
+                charged += settled.applied
+                touched.add(task_id)
+            for task_id in touched:
+                self.budget.leave_index_if_empty(task_id)
+        return charged
 
     def sweep(self, now: datetime) -> list[str]:
         """Fail every overdue task; returns the ids failed by this sweep."""
         failed: list[str] = []
-        for shard in (f"s{n:02d}" for n in range(LIVE_SHARDS)):
+        for shard in _SHARDS:
             for candidate in self.tasks.overdue(shard, now):
                 if candidate.status not in REASONS:
                     continue  # review tasks wait for people, not for a runtime

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import boto3
 
+from steward.adapters.budget_store import BudgetStore
 from steward.adapters.dynamo import BOTO_CONFIG, Tables
 from steward.adapters.plan_store import PlanStore
 from steward.adapters.task_store import TaskStore
@@ -84,4 +85,4 @@ def heartbeat_from_env() -> Heartbeat:
 
 def reaper_from_env() -> Reaper:
     tables = Tables.connect(Settings.from_env().table_prefix)
-    return Reaper(TaskStore(tables), launcher_from_env())
+    return Reaper(TaskStore(tables), launcher_from_env(), BudgetStore(tables))

@@ -1,0 +1,110 @@
+"""Budget math of the relay: what a call cost, and the most it could cost before it is made.
+
+Pure and exact: money is `Decimal`, computed in a 100-digit context that traps `Inexact`,
+so a result is either exact or an exception, never silently rounded. Price entries are
+bounded (see `steward.domain.prices.Price`), which keeps every product well inside that.
+
+Token convention (as Bedrock's Converse usage reports it): `input_tokens` counts only the
+plain input tokens; tokens read from or written to a prompt cache are counted in
+`cache_read_tokens` / `cache_write_tokens` and NOT also in `input_tokens`. Each token kind is
+charged once, at its own price. Adapters of providers that report otherwise (OpenAI's
+`prompt_tokens` includes `cached_tokens`) convert to this convention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from decimal import Context, Decimal, Inexact, localcontext
+
+from steward.domain.prices import PriceEntry
+
+_MILLION = Decimal(1_000_000)
+_EXACT = Context(prec=100, traps=[Inexact])
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens a provider reported for one call (see the module docstring for the convention)."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        # A negative count would lower a charge: refuse it where usage enters the domain.
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{field.name} must be a non-negative integer")
+
+    @property
+    def input_side_tokens(self) -> int:
+        """Every token of the prompt, whatever its price: what the input bound must cover."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+def per_token(per_mtok: Decimal) -> Decimal:
+    """A price per million tokens as a price per token (exact: a shift of the exponent)."""
+    with localcontext(_EXACT):
+        return per_mtok / _MILLION
+
+
+def cost_of(entry: PriceEntry, usage: Usage) -> Decimal:
+    """The actual cost of a call in USD: each token kind once, at its own price."""
+    with localcontext(_EXACT):
+        return (
+            usage.input_tokens * per_token(entry.input_per_mtok)
+            + usage.output_tokens * per_token(entry.output_per_mtok)
+            + usage.cache_read_tokens * per_token(entry.cache_read_per_mtok)
+            + usage.cache_write_tokens * per_token(entry.cache_write_per_mtok)
+        )
+
+
+def input_bound_tokens(payload_bytes: int) -> int:
+    """An upper bound on the input tokens of `payload_bytes` bytes of UTF-8 JSON.
+
+    Every tokenizer in use (BPE-style, byte-fallback) maps at least one byte of UTF-8 to
+    each token of text, so the byte count of everything sent (messages, system text, tool
+    schemas, serialized as JSON, which only adds bytes) bounds its tokens. Tokens a
+    provider adds on its own side are not in the payload: `max_cost` adds the entry's
+    `input_overhead_tokens` for them.
+    """
+    if payload_bytes < 0:
+        raise ValueError("payload_bytes must be non-negative")
+    return payload_bytes
+
+
+def max_cost(entry: PriceEntry, input_bound: int, max_tokens: int) -> Decimal:
+    """The most a call can cost: an amount the actual cost can never exceed.
+
+    The input side (`input_bound` plus the entry's `input_overhead_tokens`) is priced at
+    the highest of the input, cache-read and cache-write prices, since the provider decides
+    how the prompt splits between them; `max_tokens` is priced at the output price.
+    """
+    if input_bound < 0 or max_tokens < 0:
+        raise ValueError("token counts must be non-negative")
+    with localcontext(_EXACT):
+        input_side = (input_bound + entry.input_overhead_tokens) * per_token(entry.max_price_per_mtok())
+        return input_side + max_tokens * per_token(entry.output_per_mtok)
+
+
+def affordable_max_tokens(entry: PriceEntry, input_bound: int, room: Decimal) -> int:
+    """The largest `n` in [0, entry.max_output_tokens] with `max_cost(entry, input_bound, n) <= room`.
+
+    0 when even the input side does not fit (the caller tells that apart with `max_cost(...,
+    0) > room`). Capped at the model's output limit: the provider refuses more anyway, and a
+    free output price would otherwise have no largest `n`. Exact integer division, no float.
+    """
+    if input_bound < 0:
+        raise ValueError("input_bound must be non-negative")
+    # Compare before subtracting, so an absurd `room` never reaches the arithmetic.
+    if room < max_cost(entry, input_bound, 0):
+        return 0
+    if room >= max_cost(entry, input_bound, entry.max_output_tokens):
+        return entry.max_output_tokens
+    with localcontext(_EXACT):
+        left = room - max_cost(entry, input_bound, 0)
+        # Here the output price is positive (else the cap above would have fitted) and the
+        # quotient is below max_output_tokens; `//` on non-negative decimals is the floor.
+        return int(left // per_token(entry.output_per_mtok))

@@ -1,0 +1,193 @@
+"""The relay: every model call admitted against the task's budget (DESIGN section 5).
+
+Per call: size bound (413) before anything touches storage; capability verified (401);
+body validated (400) and its model checked against the pinned one (403); the price entry
+(403 when unknown); one conditional UpdateItem reserves the call's maximum cost (input
+bounded by its UTF-8 byte count, plus `maxTokens` at the output price); the provider is
+called with exactly the admitted `maxTokens`; one conditional UpdateItem settles.
+
+When the full `maxTokens` does not fit, it is lowered to what the room pays for (one more
+UpdateItem), and the call is refused only below a floor: 402 when settled spend leaves no
+room, 429 with Retry-After when the room is only held by calls in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from pydantic import ValidationError
+
+from steward.adapters.budget_store import BudgetStore, Refusal
+from steward.domain.budget import Usage, affordable_max_tokens, cost_of, input_bound_tokens, max_cost
+from steward.domain.capability import Capability
+from steward.domain.converse import ConverseRequest, payload_bytes
+from steward.domain.errors import (
+    BadRequest,
+    BudgetExhausted,
+    Forbidden,
+    LifecycleError,
+    ProviderError,
+    RetryLater,
+    TooLarge,
+    Unauthorized,
+)
+from steward.domain.models import TaskStatus, utcnow
+from steward.domain.prices import PriceEntry, PriceTable
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1024 * 1024
+# Below this many output tokens a call is not worth making: refuse instead of lowering.
+MIN_OUTPUT_TOKENS = 256
+RESERVATION_TTL = timedelta(minutes=15)
+
+
+class Overspent(Exception):
+    """A provider reported more than was reserved (recorded, and alarmed on)."""
+
+
+@dataclass
+class RelayOutcome:
+    response: dict[str, Any]
+    cost_usd: Decimal
+    remaining_usd: Decimal
+    max_tokens: int
+    overspent: bool = False
+
+
+@dataclass
+class Relay:
+    verify: Callable[[str], Capability]
+    budget: BudgetStore
+    prices: PriceTable
+    provider_for: Callable[[str, PriceEntry], Any]
+    clock: Callable[[], datetime] = utcnow
+    max_body_bytes: int = MAX_BODY_BYTES
+    # maxTokens is also bounded so that a call fits the API's integration timeout.
+    max_tokens_ceiling: int = 8192
+
+    def converse(self, authorization: str | None, body: str | bytes | None) -> RelayOutcome:
+        raw = body.encode() if isinstance(body, str) else (body or b"")
+        if len(raw) > self.max_body_bytes:
+            raise TooLarge(f"request body is over {self.max_body_bytes} bytes", field="body")
+        capability = self.verify(_bearer(authorization))
+        request = _parse(raw)
+        if request.modelId is not None and request.modelId != capability.model_id:
+            raise Forbidden("the capability is pinned to another model", field="modelId")
+        entry = self.prices.entry(capability.model_id)
+        ceiling = min(entry.max_output_tokens, self.max_tokens_ceiling)
+        wanted = (
+            request.inferenceConfig.maxTokens
+            if request.inferenceConfig and request.inferenceConfig.maxTokens
+            else ceiling
+        )
+        if wanted > ceiling:
+            raise BadRequest(
+                f"maxTokens must be at most {ceiling} for this model", field="inferenceConfig.maxTokens"
+            )
+        bound = input_bound_tokens(payload_bytes(request))
+        admitted, reserved, rid = self._reserve(capability, entry, bound, wanted)
+        provider = self.provider_for(capability.model_id, entry)
+        try:
+            result = provider.converse(request, max_tokens=admitted)
+        except ProviderError:
+            self.budget.settle(
+                task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=Decimal(0)
+            )
+            raise
+        except Exception as exc:  # an adapter bug must not hold the reservation until expiry
+            self.budget.settle(
+                task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=Decimal(0)
+            )
+            raise ProviderError(f"the provider call failed ({type(exc).__name__})") from None
+        usage: Usage | None = result.usage
+        actual = reserved if usage is None else cost_of(entry, usage)
+        overspent = actual > reserved
+        if overspent:  # cannot happen with honest usage: the bound is an upper bound
+            logger.error("provider reported more than reserved", extra={"task_id": capability.task_id})
+        settlement = self.budget.settle(
+            task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=actual
+        )
+        return RelayOutcome(
+            response=result.response,
+            cost_usd=actual,
+            remaining_usd=settlement.remaining(capability.max_budget_usd),
+            max_tokens=admitted,
+            overspent=overspent,
+        )
+
+    def _reserve(
+        self, capability: Capability, entry: PriceEntry, bound: int, wanted: int
+    ) -> tuple[int, Decimal, str]:
+        """Reserve for `wanted` output tokens, or fewer if that is all the room pays for."""
+        floor = min(wanted, MIN_OUTPUT_TOKENS)
+        tokens = wanted
+        refusal: Refusal | None = None
+        for _ in range(3):  # full, lowered, lowered again if a concurrent call took the room
+            cost = max_cost(entry, bound, tokens)
+            now = self.clock()
+            rid = "r" + uuid.uuid4().hex
+            refusal = self.budget.reserve(
+                task_id=capability.task_id,
+                owner=capability.sub,
+                model=capability.model_id,
+                token_cap=capability.max_budget_usd,
+                cost=cost,
+                reservation_id=rid,
+                expires_at=now + RESERVATION_TTL,
+                now=now,
+            )
+            if refusal is None:
+                return tokens, cost, rid
+            _check_task(refusal, capability)
+            affordable = affordable_max_tokens(entry, bound, refusal.room(capability.max_budget_usd))
+            if affordable < floor:
+                break
+            tokens = min(affordable, wanted)
+        assert refusal is not None
+        if affordable_max_tokens(entry, bound, refusal.settled_room(capability.max_budget_usd)) >= floor:
+            wait = 2
+            if refusal.earliest_expiry is not None:
+                wait = max(1, min(wait, math.ceil((refusal.earliest_expiry - self.clock()).total_seconds())))
+            raise RetryLater(
+                f"the budget is held by calls in flight; retry in {wait} s", field="budget", retry_after=wait
+            )
+        raise BudgetExhausted("the task's budget is spent", field="budget")
+
+
+def _check_task(refusal: Refusal, capability: Capability) -> None:
+    if not refusal.found or refusal.owner != capability.sub:
+        raise Forbidden("the capability does not own this task", field="task_id")
+    if refusal.model != capability.model_id:
+        raise Forbidden("the task is pinned to another model", field="model")
+    if refusal.status != TaskStatus.RUNNING.value:
+        raise LifecycleError(f"the task is {refusal.status}, not running", field="status")
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization or not authorization.startswith("Bearer ") or len(authorization) > 8192:
+        raise Unauthorized("a bearer capability is required")
+    return authorization[len("Bearer ") :].strip()
+
+
+def _parse(raw: bytes) -> ConverseRequest:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise BadRequest("request body is not valid JSON", field="body") from exc
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object", field="body")
+    try:
+        return ConverseRequest.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise BadRequest(f"{field}: {str(first['msg']).removeprefix('Value error, ')}", field=field) from exc

@@ -1,0 +1,194 @@
+"""The relay against moto: admission, lowering, refusals, settlement, expiry; every bad
+input refused before the provider is called, with nothing charged."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from steward.adapters.dynamo import count_requests
+from steward.domain.errors import (
+    BadRequest,
+    BudgetExhausted,
+    Forbidden,
+    LifecycleError,
+    ProviderError,
+    RetryLater,
+    TooLarge,
+    Unauthorized,
+)
+from steward.domain.models import TaskStatus, utcnow
+from steward.services.container import Services
+from steward.services.reaper import Reaper
+
+from tests.support.relay import RelayKit, ask, build_relay
+
+
+@pytest.fixture
+def kit(services: Services) -> RelayKit:
+    return build_relay(services)
+
+
+def test_an_admitted_call_reserves_settles_and_reports_cost(kit: RelayKit) -> None:
+    task = kit.running_task(budget="1.00")
+    token = kit.capability(task)
+    with count_requests(kit.services.tables) as requests:
+        outcome = kit.call(task, token=token)
+    assert sum(requests.values()) == 2  # one reservation, one settlement
+    assert outcome.response["output"]["message"]["role"] == "assistant"
+    cost, committed = kit.spent(task)
+    assert cost == committed == outcome.cost_usd > 0
+    assert outcome.remaining_usd == Decimal("1.00") - cost
+    assert outcome.max_tokens == 64
+
+
+def test_a_refused_call_is_one_request_and_charges_nothing(kit: RelayKit) -> None:
+    task = kit.running_task(budget="0.0001")
+    token = kit.capability(task)
+    with count_requests(kit.services.tables) as requests, pytest.raises(BudgetExhausted):
+        kit.call(task, token=token)
+    assert sum(requests.values()) == 1
+    assert kit.spent(task) == (Decimal(0), Decimal(0))
+
+
+def test_max_tokens_is_lowered_to_what_the_budget_pays(kit: RelayKit) -> None:
+    task = kit.running_task(budget="0.005", model="scripted")
+    outcome = kit.call(task, ask(max_tokens=4000))
+    assert 256 <= outcome.max_tokens < 4000
+    cost, committed = kit.spent(task)
+    assert cost == committed <= Decimal("0.005")
+
+
+def test_room_held_by_calls_in_flight_is_429_and_settled_room_gone_is_402(kit: RelayKit) -> None:
+    task = kit.running_task(budget="0.01")
+    now = utcnow()
+    held = kit.budget.reserve(
+        task_id=task.id,
+        owner="alice",
+        model="scripted",
+        token_cap=Decimal("0.01"),
+        cost=Decimal("0.0099"),
+        reservation_id="rheld",
+        expires_at=now + timedelta(minutes=5),
+        now=now,
+    )
+    assert held is None
+    with pytest.raises(RetryLater) as wait:
+        kit.call(task)
+    assert 1 <= wait.value.retry_after <= 30
+    kit.budget.settle(
+        task_id=task.id, reservation_id="rheld", reserved=Decimal("0.0099"), actual=Decimal("0.0099")
+    )
+    with pytest.raises(BudgetExhausted):
+        kit.call(task)
+    assert kit.spent(task) == (Decimal("0.0099"), Decimal("0.0099"))
+
+
+def test_settlement_replayed_changes_nothing(kit: RelayKit) -> None:
+    task = kit.running_task()
+    now = utcnow()
+    kit.budget.reserve(
+        task_id=task.id,
+        owner="alice",
+        model="scripted",
+        token_cap=Decimal(1),
+        cost=Decimal("0.5"),
+        reservation_id="r1",
+        expires_at=now + timedelta(minutes=5),
+        now=now,
+    )
+    first = kit.budget.settle(
+        task_id=task.id, reservation_id="r1", reserved=Decimal("0.5"), actual=Decimal("0.1")
+    )
+    again = kit.budget.settle(
+        task_id=task.id, reservation_id="r1", reserved=Decimal("0.5"), actual=Decimal("0.1")
+    )
+    assert (first.applied, again.applied) == (True, False)
+    assert kit.spent(task) == (Decimal("0.1"), Decimal("0.1"))
+
+
+def test_provider_failure_releases_and_missing_usage_charges_the_reservation(kit: RelayKit) -> None:
+    failing = kit.running_task(model="scripted-fail", slug="fails")
+    with pytest.raises(ProviderError):
+        kit.call(failing)
+    assert kit.spent(failing) == (Decimal(0), Decimal(0))
+
+    silent = kit.running_task(model="scripted-no-usage", slug="silent")
+    outcome = kit.call(silent)
+    cost, committed = kit.spent(silent)
+    assert cost == committed == outcome.cost_usd > 0  # charged in full: the reservation
+
+
+def test_expired_reservations_are_charged_in_full_by_the_reaper_once(kit: RelayKit) -> None:
+    task = kit.running_task()
+    now = utcnow()
+    kit.budget.reserve(
+        task_id=task.id,
+        owner="alice",
+        model="scripted",
+        token_cap=Decimal(1),
+        cost=Decimal("0.2"),
+        reservation_id="rlost",
+        expires_at=now + timedelta(minutes=1),
+        now=now,
+    )
+    reaper = Reaper(kit.services.tasks.tasks, None, kit.budget)
+    assert reaper.sweep_reservations(now) == 0  # not expired yet
+    assert reaper.sweep_reservations(now + timedelta(minutes=2)) == 1
+    assert reaper.sweep_reservations(now + timedelta(minutes=3)) == 0
+    assert kit.spent(task) == (Decimal("0.2"), Decimal("0.2"))
+    late = kit.budget.settle(
+        task_id=task.id, reservation_id="rlost", reserved=Decimal("0.2"), actual=Decimal("0.01")
+    )
+    assert not late.applied  # the relay's late settlement after expiry is a no-op
+    assert kit.spent(task) == (Decimal("0.2"), Decimal("0.2"))
+
+
+def _bad_inputs(kit: RelayKit):  # type: ignore[no-untyped-def]
+    task = kit.running_task()
+    good = kit.capability(task)
+    yield "no token", None, json.dumps(ask()), Unauthorized
+    yield "garbage token", "x.y.z", json.dumps(ask()), Unauthorized
+    yield (
+        "expired",
+        kit.capability(task, iat=int(utcnow().timestamp()) - 7000, exp=int(utcnow().timestamp()) - 100),
+        json.dumps(ask()),
+        Unauthorized,
+    )
+    yield "another model in the body", good, json.dumps({**ask(), "modelId": "scripted-pricey"}), Forbidden
+    yield "negative maxTokens", good, json.dumps(ask(max_tokens=-5)), BadRequest
+    yield "absurd maxTokens", good, json.dumps(ask(max_tokens=10**9)), BadRequest
+    yield "malformed messages", good, json.dumps({"messages": [{"role": "robot", "content": []}]}), BadRequest
+    yield "not json", good, "{{{", BadRequest
+    yield "too large", good, "x" * (2 * 1024 * 1024), TooLarge
+    yield "token for another task's owner", kit.capability(task, sub="mallory"), json.dumps(ask()), Forbidden
+
+
+def test_bad_input_is_refused_before_the_provider_and_charges_nothing(kit: RelayKit) -> None:
+    cases = list(_bad_inputs(kit))
+    task_id = kit.services.tables.table_by_name("tasks").scan()["Items"][0]["task_id"]
+    for name, token, body, error in cases:
+        with pytest.raises(error):
+            kit.relay.converse(f"Bearer {token}" if token else None, body)
+        item = kit.services.tables.table_by_name("tasks").get_item(Key={"task_id": task_id})["Item"]
+        assert (item["cost_usd"], item["committed_usd"], item["reservations"]) == (0, 0, {}), name
+
+
+def test_oversized_body_touches_no_storage(kit: RelayKit) -> None:
+    task = kit.running_task()
+    with count_requests(kit.services.tables) as requests, pytest.raises(TooLarge):
+        kit.relay.converse(f"Bearer {kit.capability(task)}", "x" * (2 * 1024 * 1024))
+    assert sum(requests.values()) == 0
+
+
+def test_a_cancelled_task_refuses_its_capability(kit: RelayKit) -> None:
+    task = kit.running_task()
+    token = kit.capability(task)
+    kit.services.tasks.tasks.transition(
+        task, TaskStatus.CANCELLED, now=utcnow(), event="cancelled", classification="final"
+    )
+    with pytest.raises(LifecycleError):
+        kit.call(task, token=token)
+    assert kit.spent(task) == (Decimal(0), Decimal(0))
