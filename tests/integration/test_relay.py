@@ -192,3 +192,61 @@ def test_a_cancelled_task_refuses_its_capability(kit: RelayKit) -> None:
     with pytest.raises(LifecycleError):
         kit.call(task, token=token)
     assert kit.spent(task) == (Decimal(0), Decimal(0))
+
+
+def test_a_provider_reporting_more_than_reserved_is_recorded_as_is(
+    kit: RelayKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misbehaving provider (its usage exceeds what the request could produce): the truth is
+    charged and flagged for the alarm metric, never silently capped."""
+    from steward.domain.budget import Usage  # noqa: PLC0415
+    from steward.providers.base import ProviderResult  # noqa: PLC0415
+
+    class Liar:
+        def converse(self, request: object, *, max_tokens: int) -> ProviderResult:
+            return ProviderResult(
+                response={"output": {"message": {"role": "assistant", "content": []}}},
+                usage=Usage(10**6, 10**6),
+            )
+
+    monkeypatch.setattr(kit.relay, "provider_for", lambda model, entry: Liar())
+    task = kit.running_task(budget="1.00")
+    outcome = kit.call(task)
+    assert outcome.overspent
+    cost, committed = kit.spent(task)
+    assert cost == committed == outcome.cost_usd == Decimal(6)  # 1M input at $1 + 1M output at $5
+
+
+def test_the_relay_lambda_answers_429_with_retry_after_over_http(
+    kit: RelayKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx  # noqa: PLC0415
+    from steward import relay_handler  # noqa: PLC0415
+    from steward.local.http_adapter import LambdaHttpServer  # noqa: PLC0415
+
+    monkeypatch.setattr(relay_handler, "relay", lambda: kit.relay)
+    task = kit.running_task(budget="0.01")
+    now = utcnow()
+    kit.budget.reserve(
+        task_id=task.id,
+        owner="alice",
+        model="scripted",
+        token_cap=Decimal("0.01"),
+        cost=Decimal("0.0099"),
+        reservation_id="rheld",
+        expires_at=now + timedelta(minutes=5),
+        now=now,
+    )
+    with LambdaHttpServer(relay_handler.lambda_handler, kind="rest_api") as server:
+        url = f"{server.url}/v1/relay/converse"
+        held = httpx.post(url, json=ask(), headers={"Authorization": f"Bearer {kit.capability(task)}"})
+        assert held.status_code == 429
+        assert int(held.headers["retry-after"]) >= 1
+        assert held.json()["error"]["code"] == "retry_later"
+        assert httpx.post(url, json=ask()).status_code == 401
+        kit.budget.settle(
+            task_id=task.id, reservation_id="rheld", reserved=Decimal("0.0099"), actual=Decimal(0)
+        )
+        ok = httpx.post(url, json=ask(), headers={"Authorization": f"Bearer {kit.capability(task)}"})
+        assert ok.status_code == 200
+        assert set(ok.json()["steward"]) == {"cost_usd", "remaining_usd", "max_tokens"}
