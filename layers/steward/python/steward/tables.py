@@ -122,4 +122,12 @@ TICKETS = TableSpec(
     "cleans up: expiry is checked on use.",
 )
 
-ALL_TABLES: tuple[TableSpec, ...] = (PLANS, TASKS, EVENTS, USERS, INSTALLATIONS, TICKETS)
+DELIVERIES = TableSpec(
+    "deliveries",
+    partition=Key("delivery_id"),
+    ttl_attribute="expires_epoch",
+    doc="GitHub webhook deliveries seen (X-GitHub-Delivery), recorded by a conditional put so a "
+    "redelivery has no second effect; TTL cleans up.",
+)
+
+ALL_TABLES: tuple[TableSpec, ...] = (PLANS, TASKS, EVENTS, USERS, INSTALLATIONS, TICKETS, DELIVERIES)
