@@ -11,7 +11,7 @@ import binascii
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -128,9 +128,9 @@ def decode_cursor(cursor: str | None, *, must_match: Mapping[str, Any]) -> dict[
 
 
 @contextmanager
-def count_requests(tables: Tables) -> Iterator[Counter[str]]:
-    """Count the DynamoDB requests sent through `tables` by operation (a botocore event hook
-    on `before-send`, so a retried request counts again). For benchmarks and tests."""
+def count_client_requests(client: Any, service: str) -> Iterator[Counter[str]]:
+    """Count the requests a boto3 client sends, by operation (a botocore event hook on
+    `before-send`, so a retried request counts again). For benchmarks and tests."""
     counts: Counter[str] = Counter()
 
     def on_send(request: Any, **_: Any) -> None:
@@ -138,9 +138,14 @@ def count_requests(tables: Tables) -> Iterator[Counter[str]]:
         name = target.decode() if isinstance(target, bytes) else str(target)
         counts[name.rsplit(".", 1)[-1]] += 1
 
-    events = tables.client.meta.events
-    events.register("before-send.dynamodb", on_send)
+    events = client.meta.events
+    events.register(f"before-send.{service}", on_send)
     try:
         yield counts
     finally:
-        events.unregister("before-send.dynamodb", on_send)
+        events.unregister(f"before-send.{service}", on_send)
+
+
+def count_requests(tables: Tables) -> AbstractContextManager[Counter[str]]:
+    """Count the DynamoDB requests sent through `tables`, by operation."""
+    return count_client_requests(tables.client, "dynamodb")

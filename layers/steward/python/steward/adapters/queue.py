@@ -13,13 +13,13 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from steward.adapters.dynamo import BOTO_CONFIG
+from steward.adapters.dynamo import BOTO_CONFIG, count_client_requests
 from steward.queues import HEARTBEAT
 
 if TYPE_CHECKING:
@@ -122,20 +122,6 @@ def _batches(users: Iterable[str]) -> Iterator[list[str]]:
         yield batch
 
 
-@contextmanager
-def count_sqs_requests(queue: HeartbeatQueue) -> Iterator[Counter[str]]:
-    """Count the SQS requests sent through `queue` by operation (botocore `before-send`, so
-    a retried request counts again), like `dynamo.count_requests`. For benchmarks and tests."""
-    counts: Counter[str] = Counter()
-
-    def on_send(request: Any, **_: Any) -> None:
-        target = request.headers.get("X-Amz-Target", b"")
-        name = target.decode() if isinstance(target, bytes) else str(target)
-        counts[name.rsplit(".", 1)[-1]] += 1
-
-    events = queue.client.meta.events
-    events.register("before-send.sqs", on_send)
-    try:
-        yield counts
-    finally:
-        events.unregister("before-send.sqs", on_send)
+def count_sqs_requests(queue: HeartbeatQueue) -> AbstractContextManager[Counter[str]]:
+    """Count the SQS requests sent through `queue`, by operation, like `dynamo.count_requests`."""
+    return count_client_requests(queue.client, "sqs")

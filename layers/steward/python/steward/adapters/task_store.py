@@ -399,20 +399,7 @@ class TaskStore:
                     "ExpressionAttributeValues": values,
                 }
             },
-            {
-                "Put": {
-                    "TableName": self._tables.name(EVENTS),
-                    "Item": {
-                        "task_id": task.id,
-                        "seq": seq,
-                        "type": event,
-                        "at": iso(now),
-                        "user": task.user,
-                        "data": {"status": target.value, **(data or {})},
-                    },
-                    "ConditionExpression": "attribute_not_exists(seq)",
-                }
-            },
+            self._event_put(task, seq, event, {"status": target.value, **(data or {})}, now),
         ]
         if lifecycle_event:
             actions.append(
@@ -432,6 +419,25 @@ class TaskStore:
             merged["deadline"] = None
         return Task.model_validate(merged)
 
+    def _event_put(
+        self, task: Task, seq: int, event: str, data: dict[str, Any], now: datetime
+    ) -> dict[str, Any]:
+        """The durable event `seq` of `task`: a put that fails if that seq exists (gapless)."""
+        return {
+            "Put": {
+                "TableName": self._tables.name(EVENTS),
+                "Item": {
+                    "task_id": task.id,
+                    "seq": seq,
+                    "type": event,
+                    "at": iso(now),
+                    "user": task.user,
+                    "data": data,
+                },
+                "ConditionExpression": "attribute_not_exists(seq)",
+            }
+        }
+
     def append_event(self, task: Task, event: str, data: Mapping[str, Any], *, now: datetime) -> Task:
         """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
         advance the watermark (DESIGN section 1)."""
@@ -440,34 +446,20 @@ class TaskStore:
             if attempt:
                 time.sleep(random.uniform(0, 0.002 * attempt))  # noqa: S311 - jitter, not crypto
             seq = current.event_seq + 1
+            actions: list[Any] = [
+                {
+                    "Update": {
+                        "TableName": self._tables.name(TASKS),
+                        "Key": {"task_id": task.id},
+                        "UpdateExpression": "SET event_seq = :seq",
+                        "ConditionExpression": "event_seq = :prev",
+                        "ExpressionAttributeValues": {":seq": seq, ":prev": current.event_seq},
+                    }
+                },
+                self._event_put(task, seq, event, dict(data), now),
+            ]
             try:
-                self._tables.client.transact_write_items(
-                    TransactItems=[
-                        {
-                            "Update": {
-                                "TableName": self._tables.name(TASKS),
-                                "Key": {"task_id": task.id},
-                                "UpdateExpression": "SET event_seq = :seq",
-                                "ConditionExpression": "event_seq = :prev",
-                                "ExpressionAttributeValues": {":seq": seq, ":prev": current.event_seq},
-                            }
-                        },
-                        {
-                            "Put": {
-                                "TableName": self._tables.name(EVENTS),
-                                "Item": {
-                                    "task_id": task.id,
-                                    "seq": seq,
-                                    "type": event,
-                                    "at": iso(now),
-                                    "user": task.user,
-                                    "data": dict(data),
-                                },
-                                "ConditionExpression": "attribute_not_exists(seq)",
-                            }
-                        },
-                    ]
-                )
+                self._tables.client.transact_write_items(TransactItems=actions)
             except ClientError as exc:
                 if error_code(exc) != "TransactionCanceledException":
                     raise
