@@ -3,6 +3,7 @@ SIGTERM to stop; and `steward demo` from start to finish."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -137,6 +138,96 @@ def test_local_capability_drives_the_relay_from_outside(local_up: tuple[subproce
         statuses.append(httpx.post(relay, json=body, headers=auth, timeout=30).status_code)
     assert statuses[-1] == 402, statuses  # one caller at a time: spent, never "held"
     assert set(statuses[:-1]) == {200}
+
+
+def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """The whole GitHub path of the local stack: a runtime's capability buys a scoped
+    installation token, a branch is pushed over smart HTTP with it, a pull request is opened,
+    the twin's signed webhook moves the task to review, and a reviewer's merge (the CLI
+    acting on the twin) moves it to merged."""
+    _, state_file = local_up
+    state = json.loads(state_file.read_text())
+    fixture = json.loads(
+        run(
+            state_file,
+            "local",
+            "capability",
+            "--user",
+            "alice",
+            "--budget-usd",
+            "0.10",
+            "--model",
+            "scripted",
+        ).stdout
+    )
+    task_id, capability = fixture["task_id"], fixture["capability"]
+    issued = httpx.post(
+        f"{state['api_url']}/v1/runtime/github-token",
+        headers={"Authorization": f"Bearer {capability}"},
+        timeout=30,
+    )
+    assert issued.status_code == 200, issued.text
+    token = issued.json()["token"]
+    repo = "steward-demo/calculator"
+    clone = tmp_path / "clone"
+    header = "Authorization: Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    git_env = {
+        **os.environ,
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": header,
+    }
+    git_env |= {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+    }
+    clone_url = state["repos"][repo]["clone_url"]
+    subprocess.run(["git", "clone", "-q", clone_url, str(clone)], env=git_env, check=True, timeout=60)
+    branch = "steward/" + task_id[1:]
+    (clone / "NOTES.md").write_text("a change\n")
+    for args in (
+        ["checkout", "-q", "-b", branch],
+        ["add", "-A"],
+        ["commit", "-qm", "change"],
+        ["push", "-q", "origin", branch],
+    ):
+        subprocess.run(["git", *args], cwd=clone, env=git_env, check=True, timeout=60)
+    assert token not in (clone / ".git" / "config").read_text()
+    opened = httpx.post(
+        f"{state['github_url']}/repos/{repo}/pulls",
+        json={"title": "A change", "head": branch, "base": "main", "body": "by Steward"},
+        headers={"Authorization": f"token {token}", "Accept": "application/vnd.github+json"},
+        timeout=30,
+    )
+    assert opened.status_code == 201, opened.text
+    number = opened.json()["number"]
+
+    alice = {"Authorization": f"Bearer {state['users']['alice']}"}
+
+    def status() -> str:
+        return str(
+            httpx.get(f"{state['api_url']}/v1/tasks/{task_id}", headers=alice, timeout=30).json()["status"]
+        )
+
+    deadline = time.monotonic() + 20
+    while status() != "review" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status() == "review"
+    merged = run(state_file, "local", "github", "merge", f"{repo}#{number}")
+    assert merged.returncode == 0, merged.stderr
+    deadline = time.monotonic() + 20
+    while status() != "merged" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    task = httpx.get(f"{state['api_url']}/v1/tasks/{task_id}", headers=alice, timeout=30).json()
+    assert (task["status"], task["pr_url"]) == ("merged", opened.json()["html_url"])
+    events = httpx.get(f"{state['api_url']}/v1/tasks/{task_id}/events", headers=alice, timeout=30).json()[
+        "events"
+    ]
+    assert [e["type"] for e in events].count("github_event") == 2
 
 
 def test_sigterm_stops_everything_and_removes_the_state_file(

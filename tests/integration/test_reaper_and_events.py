@@ -120,3 +120,15 @@ def test_a_second_runtime_cannot_claim_a_claimed_task(loop: Loop) -> None:
     stored = loop.tasks.get(task.id)
     assert stored is not None
     assert stored.runtime_id == "first"
+
+
+def test_a_failed_task_revived_by_a_webhook_is_live_again(loop: Loop) -> None:
+    [task] = spawned(loop, "A")
+    now = loop.clock()
+    task = loop.tasks.claim(task, runtime_id="r1", now=now, deadline=now + timedelta(seconds=60))
+    failed, _ = loop.tasks.transition(
+        task, TaskStatus.FAILED, now=now, event="finished", classification="retryable"
+    )
+    assert task.id not in {t.id for t in loop.tasks.live_for_user("alice")}
+    loop.tasks.transition(failed, TaskStatus.REVIEW, now=now, event="github_event")
+    assert task.id in {t.id for t in loop.tasks.live_for_user("alice")}

@@ -246,6 +246,25 @@ def cmd_local_capability(args: argparse.Namespace) -> int:
     return 0
 
 
+def _github_action(action: str) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        from steward.local.github_twin import admin  # noqa: PLC0415
+
+        state_file = args.state_file or DEFAULT_STATE_FILE
+        if not state_file.exists():
+            print(f"error: {state_file} not found: start `steward local up` first", file=sys.stderr)
+            return 1
+        try:
+            repo, number = admin.parse_pull_ref(args.pull)
+            pull = getattr(admin, action)(json.loads(state_file.read_text())["github_url"], repo, number)
+        except (admin.AdminError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return _emit(args, pull, lambda d: f"{repo}#{number}: {d.get('state')} (merged: {d.get('merged')})")
+
+    return run
+
+
 def cmd_admin_link(args: argparse.Namespace) -> int:
     from steward.services.admin import link_installation  # noqa: PLC0415
 
@@ -332,6 +351,13 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     p.add_argument("--budget-usd", type=_decimal_arg, required=True, help="the task's budget")
     p.add_argument("--model", default="scripted", help="a model id of the price table (default scripted)")
     p.set_defaults(func=cmd_local_capability)
+    github = local.add_parser("github", help="act on the GitHub twin as a reviewer").add_subparsers(
+        dest="github_command", required=True
+    )
+    for action in ("merge", "close"):
+        p = github.add_parser(action, help=f"{action} a pull request on the twin")
+        p.add_argument("pull", help="OWNER/REPO#N")
+        p.set_defaults(func=_github_action(action))
     p = local.add_parser("token", help="mint a dev bearer token")
     p.add_argument("name")
     p.set_defaults(func=cmd_local_token)

@@ -1,12 +1,17 @@
-"""Mint Lambda: `POST /v1/runtime/exchange`, a runtime's one-time ticket for its capability
-(DESIGN sections 5, 6).
+"""Mint Lambda: `POST /v1/runtime/exchange`, a runtime's one-time ticket for its capability,
+and `POST /v1/runtime/github-token`, its capability for an installation token scoped to its
+task's repository (DESIGN sections 5, 6).
 
-The route is outside the user authorizer: the ticket is the credential, so no JWT claims are
-read. Neither the ticket nor the capability is ever logged; the request body is not logged.
+Both routes are outside the user authorizer: the ticket, or the capability, is the credential,
+so no JWT claims are read. Neither the ticket nor the capability is ever logged; the request
+body is not logged.
 
 Environment: STEWARD_TABLE_PREFIX, STEWARD_CAPABILITY_KEY_ID (the KMS key id, also the
 token's `kid`), STEWARD_CAPABILITY_LIFETIME (seconds, default 3600, at most 7200),
-STEWARD_PRICE_TABLE (optional, read by the price table).
+STEWARD_PRICE_TABLE (optional, read by the price table). The token route also reads
+STEWARD_GITHUB_APP_ID, STEWARD_GITHUB_PRIVATE_KEY or STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID
+(Secrets Manager) and STEWARD_GITHUB_API_URL (unset: api.github.com; locally the twin). The
+capability is read from `Authorization: Bearer`; neither it nor the token is logged.
 """
 
 from __future__ import annotations
@@ -22,20 +27,23 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
-from steward.adapters.capability_signer import KmsCapabilitySigner, kms_client
+from steward.adapters.capability_signer import CapabilityVerifier, KmsCapabilitySigner, kms_client
 from steward.adapters.dynamo import Tables
+from steward.adapters.github import github_app_from_env
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.adapters.ticket_store import TicketStore
 from steward.api.requests import parse_body
 from steward.config import Settings
 from steward.domain.errors import StewardError, TooLarge
+from steward.services.github_tokens import GitHubTokens
 from steward.services.mint import Minter
 
 logger = Logger(service="steward-mint")
 app = APIGatewayHttpResolver()
 
 EXCHANGE_PATH = "/v1/runtime/exchange"
+GITHUB_TOKEN_PATH = "/v1/runtime/github-token"  # noqa: S105 - a route, not a secret
 MAX_BODY_BYTES = 4096  # {"ticket": "<43 characters>"}; anything far bigger is not an exchange
 
 
@@ -65,6 +73,25 @@ def minter_from_env() -> Minter:
 
 # Built once per execution environment; the local stack clears it to rebind to its endpoint.
 minter = cache(minter_from_env)
+
+
+def github_tokens_from_env() -> GitHubTokens:
+    """The token route's parts, bound to this process's environment (a cold start): a
+    verifier holding only the capability key's public half, the stores and the GitHub App."""
+    key_id = os.environ.get("STEWARD_CAPABILITY_KEY_ID", "")
+    if not key_id:
+        raise RuntimeError("STEWARD_CAPABILITY_KEY_ID is not set")
+    tables = Tables.connect(Settings.from_env().table_prefix)
+    return GitHubTokens(
+        verify=CapabilityVerifier.from_kms(kms_client(), [key_id]).verify,
+        tasks=TaskStore(tables),
+        installations=InstallationStore(tables),
+        github=github_app_from_env(),
+    )
+
+
+# Built once per execution environment, like `minter`; clear it to rebind (tests, local stack).
+github_tokens = cache(github_tokens_from_env)
 
 
 def _json(status: int, body: dict[str, Any]) -> Response[str]:
@@ -102,6 +129,24 @@ def exchange() -> Response[str]:
     result = minter().exchange(body.ticket)
     logger.info("capability minted", extra={"task_id": result["task_id"], "expires_at": result["expires_at"]})
     return _json(200, result)
+
+
+@app.post(GITHUB_TOKEN_PATH)
+def github_token() -> Response[str]:
+    raw = app.current_event.body
+    if raw is not None and len(raw) > MAX_BODY_BYTES:
+        raise TooLarge(f"request body is over {MAX_BODY_BYTES} bytes", field="body")
+    result = github_tokens().issue(app.current_event.headers.get("authorization"))
+    logger.info(
+        "github token issued",
+        extra={"repository": result["repository"], "expires_at": result["expires_at"]},
+    )
+    return Response(
+        status_code=200,
+        content_type="application/json",
+        body=json.dumps(result),
+        headers={"Cache-Control": "no-store"},  # a credential: no cache may keep it
+    )
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -72,3 +73,44 @@ class InstallationStore:
                 ":now": iso(now),
             },
         )
+
+    # ---- webhook sync (steward.services.webhooks merges GitHub's events order-independently)
+    def get_synced(self, installation_id: int) -> tuple[Installation | None, dict[str, Any], int]:
+        """The installation, the state its webhooks were merged into (`github_sync`, a plain
+        map; empty before the first webhook) and the `sync_version` guarding the next
+        `put_synced`."""
+        found = self._table.get_item(Key={"installation_id": installation_id}, ConsistentRead=True)
+        if "Item" not in found:
+            return None, {}, 0
+        item = plain(dict(found["Item"]))
+        return _to_installation(item), dict(item.get("github_sync") or {}), int(item.get("sync_version", 0))
+
+    def put_synced(
+        self, installation: Installation, *, sync: Mapping[str, Any], version: int, now: datetime
+    ) -> bool:
+        """Store what the merged webhooks say, keeping the owner link, on the condition that
+        no other sync wrote since `version` was read; False when one did (read again)."""
+        condition = "attribute_not_exists(sync_version)" if version == 0 else "sync_version = :v"
+        values: dict[str, Any] = {
+            ":a": installation.account,
+            ":r": list(installation.repositories),
+            ":s": installation.suspended,
+            ":sync": dict(sync),
+            ":next": version + 1,
+            ":now": iso(now),
+        }
+        if version:
+            values[":v"] = version
+        try:
+            self._table.update_item(
+                Key={"installation_id": installation.installation_id},
+                UpdateExpression="SET account = :a, repositories = :r, suspended = :s, github_sync = :sync, "
+                "sync_version = :next, updated_at = :now",
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True

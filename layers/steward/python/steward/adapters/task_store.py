@@ -370,6 +370,9 @@ class TaskStore:
     ) -> Task:
         seq = task.event_seq + 1
         sets: dict[str, Any] = {"status": target.value, "updated_at": iso(now), "event_seq": seq}
+        if task.terminal and target not in TERMINAL_TASK_STATUSES:
+            # Revived (a failed task whose pull request a verified webhook reports): live again.
+            sets |= {"live_user": task.user, "live_shard": live_shard(task.user)}
         if classification is not None:
             sets["classification"] = classification
         if reason is not None:

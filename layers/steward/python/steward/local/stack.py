@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,11 @@ from steward.domain.installations import Installation
 from steward.domain.models import utcnow
 from steward.local.dev_auth import DevIssuer
 from steward.local.event_sources import Schedule, SqsSource
+from steward.local.github_twin import GitHubTwin
 from steward.local.http_adapter import LambdaHttpServer
 from steward.local.moto_server import MotoServer
+from steward.local.sample_repo import FILES as SAMPLE_FILES
+from steward.local.sample_repo import SAMPLE_REPO
 from steward.queues import HEARTBEAT
 
 DEV_USERS = ("alice", "bob")
@@ -34,7 +38,6 @@ DEFAULT_TICK_SECONDS = 2.0
 DEFAULT_REAPER_SECONDS = 5.0
 RUNTIME_PREFIX = "/v1/runtime/"
 SEED_INSTALLATION = 1
-SEED_REPOSITORIES = ("steward-demo/calculator",)
 
 
 @dataclass
@@ -49,6 +52,8 @@ class LocalStack:
     _moto: MotoServer | None = field(default=None, init=False)
     _api: LambdaHttpServer | None = field(default=None, init=False)
     _relay: LambdaHttpServer | None = field(default=None, init=False)
+    _webhook: LambdaHttpServer | None = field(default=None, init=False)
+    _twin: GitHubTwin | None = field(default=None, init=False)
     _sources: list[Schedule | SqsSource] = field(default_factory=list, init=False)
     _saved_env: dict[str, str | None] = field(default_factory=dict, init=False)
     state: dict[str, Any] = field(default_factory=dict, init=False)
@@ -89,6 +94,7 @@ class LocalStack:
         Tables.connect(settings.table_prefix, region_name=LOCAL_REGION).create_all()
         boto3.client("s3", region_name=LOCAL_REGION).create_bucket(Bucket=settings.artifacts_bucket)
         key_id = self._seed(settings.table_prefix)
+        github = self._start_github()
 
         issuer = DevIssuer.load_or_create(self.state_dir / "dev-jwt-key.pem")
         api_url, relay_url = self._start_http(issuer)
@@ -101,11 +107,7 @@ class LocalStack:
             "table_prefix": settings.table_prefix,
             "capability_key_id": key_id,
             "users": {name: issuer.mint(name) for name in DEV_USERS},
-            "repos": {
-                "installation_id": SEED_INSTALLATION,
-                "owner": "alice",
-                "repositories": list(SEED_REPOSITORIES),
-            },
+            **github,
         }
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.state_file.with_suffix(".tmp")
@@ -117,22 +119,56 @@ class LocalStack:
         return self.state
 
     def _seed(self, prefix: str) -> str:
-        """The capability signing key, and (until the GitHub twin exists) an installation
-        for alice that holds the sample repositories. Returns the key id."""
+        """The capability signing key, and the installation that holds the sample
+        repository, linked to alice as an operator would (`steward admin link-installation`).
+        Returns the key id."""
         kms = boto3.client("kms", region_name=LOCAL_REGION)
-        key_id = kms.create_key(
+        created = kms.create_key(
             KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256", Description="steward capability"
-        )["KeyMetadata"]["KeyId"]
+        )
+        key_id = created["KeyMetadata"]["KeyId"]
         self._set_env({"STEWARD_CAPABILITY_KEY_ID": key_id})
         installations = InstallationStore(Tables.connect(prefix, region_name=LOCAL_REGION))
-        installations.put(
-            Installation(
-                installation_id=SEED_INSTALLATION, account="steward-demo", repositories=SEED_REPOSITORIES
-            ),
-            now=utcnow(),
+        seeded = Installation(
+            installation_id=SEED_INSTALLATION, account="steward-demo", repositories=(SAMPLE_REPO,)
         )
+        installations.put(seeded, now=utcnow())
         installations.link(SEED_INSTALLATION, "alice", now=utcnow(), force=True)
         return key_id
+
+    def _start_github(self) -> dict[str, Any]:
+        """The webhook receiver (a Function URL) and the GitHub twin delivering to it; the
+        twin hosts the sample repository in the installation seeded for alice."""
+        from steward import webhook_handler  # noqa: PLC0415 - configured by the environment
+
+        secret = secrets.token_hex(20)
+        self._set_env({"STEWARD_WEBHOOK_SECRET": secret})
+        self._webhook = LambdaHttpServer(
+            webhook_handler.lambda_handler,
+            kind="function_url",
+            host=self.host,
+            function_name="steward-webhook",
+        )
+        self._webhook.start()
+        root = self.state_dir / "github"
+        self._twin = GitHubTwin(root, webhook_url=self._webhook.url, webhook_secret=secret, host=self.host)
+        self._twin.start()
+        self._twin.create_repo(SAMPLE_REPO, SAMPLE_FILES)
+        self._twin.create_installation("steward-demo", [SAMPLE_REPO], installation_id=SEED_INSTALLATION)
+        self._set_env(
+            {
+                "STEWARD_GITHUB_APP_ID": str(self._twin.app_id),
+                "STEWARD_GITHUB_PRIVATE_KEY": self._twin.app_private_key_pem.decode(),
+                "STEWARD_GITHUB_API_URL": self._twin.url,
+            }
+        )
+        clone_url = f"{self._twin.url}/{SAMPLE_REPO}.git"
+        return {
+            "github_url": self._twin.url,
+            "webhook_url": self._webhook.url,
+            "webhook_secret": secret,
+            "repos": {SAMPLE_REPO: {"installation_id": SEED_INSTALLATION, "clone_url": clone_url}},
+        }
 
     def _start_http(self, issuer: DevIssuer) -> tuple[str, str]:
         """The HTTP API (user routes behind the JWT authorizer, runtime routes outside it, as
@@ -197,6 +233,12 @@ class LocalStack:
         if self._relay is not None:
             self._relay.stop()
             self._relay = None
+        if self._twin is not None:
+            self._twin.stop()
+            self._twin = None
+        if self._webhook is not None:
+            self._webhook.stop()
+            self._webhook = None
         for source in self._sources:
             source.stop()
         if self._sources:
@@ -240,16 +282,25 @@ class LocalStack:
 def _forget_clients() -> None:
     """Drop the handlers' per-process clients (their cold-start state), so a stack started
     later in this process binds them to its own endpoints."""
-    from steward import heartbeat_handler, mint_handler, reaper_handler, relay_handler, scheduler_handler  # noqa: PLC0415
+    from steward import (  # noqa: PLC0415
+        heartbeat_handler,
+        mint_handler,
+        reaper_handler,
+        relay_handler,
+        scheduler_handler,
+        webhook_handler,
+    )
     from steward.api import handler  # noqa: PLC0415
     from steward.services import wiring  # noqa: PLC0415
 
     handler.services.cache_clear()
     mint_handler.minter.cache_clear()
+    mint_handler.github_tokens.cache_clear()
+    webhook_handler.service.cache_clear()
     relay_handler.relay.cache_clear()
     wiring.launcher_from_env.cache_clear()
     heartbeat_handler._heartbeat.cache_clear()
     reaper_handler._reaper.cache_clear()
     scheduler_handler.scheduler.cache_clear()
-    for module in (heartbeat_handler, reaper_handler, scheduler_handler, relay_handler):
+    for module in (heartbeat_handler, reaper_handler, scheduler_handler, relay_handler, webhook_handler):
         module.metrics.clear_metrics()  # disabled metrics are buffered, never flushed

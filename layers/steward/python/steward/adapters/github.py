@@ -1,0 +1,386 @@
+"""GitHub App adapter: the only place Steward calls GitHub's REST API (DESIGN sections 6, 7).
+
+One githubkit sync client per `GitHubApp`, reused across calls. It authenticates as the App
+(a JWT signed with the App's private key) for the App routes, and every repository call
+carries an installation token this adapter created itself, scoped to that one repository
+with only `contents: write` and `pull_requests: write`. githubkit's own retry is off: the
+loop here retries 5xx, transport errors and 403/429 rate limits, waiting what `retry-after`
+says (bounded by `max_retry_after`), for at most `max_attempts` attempts in all.
+
+GitHub is an eventually consistent peer, so every effect must be safe to repeat: opening a
+pull request whose head already has one (GitHub answers 422 "already exists", typically
+after a lost response made us retry) returns the existing pull request.
+
+Errors are `GitHubError` (502) naming the operation and GitHub's status; a message never
+holds a token (tokens are redacted from anything GitHub said, and the githubkit exception,
+whose request carries the Authorization header, is not chained).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import httpx
+from githubkit import GitHub
+from githubkit.auth.app import AppAuth, AppAuthStrategy
+from githubkit.cache import MemCacheStrategy
+from githubkit.exception import GitHubException, RateLimitExceeded, RequestError, RequestFailed
+
+from steward.adapters.git import redact
+from steward.domain.errors import BadRequest, StewardError
+
+if TYPE_CHECKING:
+    from githubkit.core import GitHubCore
+
+T = TypeVar("T")
+PullState = Literal["open", "closed", "all"]
+
+TOKEN_PERMISSIONS: dict[str, str] = {"contents": "write", "pull_requests": "write"}
+# GitHub adds metadata:read to every installation token; nothing else may come back.
+_IMPLIED_PERMISSIONS = {"metadata": "read"}
+REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+_TOKEN_REUSE_MARGIN = timedelta(minutes=5)  # a cached API token is renewed this long before expiry
+_BACKOFF_BASE_SECONDS = 0.5
+_BACKOFF_CAP_SECONDS = 8.0
+_DETAIL_LIMIT = 300
+
+
+class GitHubError(StewardError):
+    """A GitHub call failed (after retries where they apply). `upstream_status` is GitHub's
+    HTTP status when it answered; `detail` is its redacted message."""
+
+    status = 502
+    code = "github_error"
+
+    def __init__(
+        self, message: str, *, operation: str, upstream_status: int | None = None, detail: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.upstream_status = upstream_status
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class InstallationToken:
+    """An installation token for one repository. `token` is kept out of repr."""
+
+    token: str = field(repr=False)
+    expires_at: datetime
+    repository: str
+
+
+@dataclass(frozen=True)
+class PullRef:
+    number: int
+    url: str  # html_url
+    state: str  # "open" or "closed"
+    merged: bool
+
+
+def split_repo(repo: str) -> tuple[str, str]:
+    """("owner", "name") of "owner/name", or BadRequest."""
+    if not REPO_PATTERN.fullmatch(repo):
+        raise BadRequest(f"repository must be OWNER/NAME, got {repo[:120]!r}", field="repo")
+    owner, name = repo.split("/")
+    return owner, name
+
+
+class _AppAuth(AppAuth):
+    """The App JWT on App routes; a request that already carries an installation token (this
+    adapter sets it per call) is sent as it is."""
+
+    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if "Authorization" in request.headers:
+            yield request
+            return
+        yield from super().sync_auth_flow(request)
+
+
+@dataclass
+class _AppAuthStrategy(AppAuthStrategy):
+    def get_auth_flow(self, github: GitHubCore[Any]) -> httpx.Auth:
+        return _AppAuth(github, self.app_id, self.private_key, self.client_id, self.client_secret)
+
+
+class GitHubApp:
+    """A GitHub App as Steward uses it: installation tokens and pull requests."""
+
+    def __init__(
+        self,
+        app_id: int,
+        private_key_pem: bytes | str,
+        *,
+        base_url: str | None = None,
+        max_attempts: int = 4,
+        max_retry_after: float = 60.0,
+        timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        pem = private_key_pem.decode("ascii") if isinstance(private_key_pem, bytes) else private_key_pem
+        self.app_id = app_id
+        self.base_url = base_url.rstrip("/") if base_url else None
+        self.max_attempts = max_attempts
+        self.max_retry_after = max_retry_after
+        self._sleep = sleep
+        self._tokens: dict[tuple[int, str], InstallationToken] = {}
+        self._lock = threading.Lock()
+        self._gh: GitHub[_AppAuthStrategy] = GitHub(
+            _AppAuthStrategy(app_id, pem),
+            base_url=self.base_url,
+            timeout=timeout,
+            auto_retry=False,  # retried here, with our bounds and without double waits
+            http_cache=False,  # pull request listings must never come from a cache
+            # Per instance: githubkit's default cache is process-wide and keys the App JWT by
+            # app id only, so two Apps with one id (twins in tests) would share a JWT.
+            cache_strategy=MemCacheStrategy(),
+        )
+        # Keeps one httpx client (and its connections) for calls from this context; calls
+        # from other threads get a client of their own for the call.
+        self._gh.__enter__()  # type: ignore[no-untyped-call]  # githubkit leaves it unannotated
+
+    def close(self) -> None:
+        self._gh.__exit__()
+
+    def __enter__(self) -> GitHubApp:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def git_url(self, repo: str) -> str:
+        """The smart-HTTP URL of `repo` (no credentials): github.com, a GHES host (API at
+        /api/v3) or, for the twin, under the API's own URL."""
+        split_repo(repo)
+        if self.base_url is None:
+            return f"https://github.com/{repo}.git"
+        host = self.base_url.removesuffix("/api/v3")
+        return f"{host}/{repo}.git"
+
+    # ---- installation tokens
+
+    def installation_token(self, installation_id: int, repo: str) -> InstallationToken:
+        """A fresh token of installation `installation_id` for `repo` only, with exactly
+        contents:write and pull_requests:write. Refuses a token GitHub made broader."""
+        owner, name = split_repo(repo)
+        operation = f"create an installation token for {repo}"
+
+        def call() -> InstallationToken:
+            response = self._gh.rest.apps.create_installation_access_token(
+                installation_id,
+                repositories=[name],
+                permissions={"contents": "write", "pull_requests": "write"},
+            )
+            parsed = response.parsed_data
+            token = InstallationToken(parsed.token, _parse_time(parsed.expires_at), f"{owner}/{name}")
+            _check_scope(response.json(), repo, operation)
+            return token
+
+        return self._call(operation, call)
+
+    def _api_headers(self, installation_id: int, repo: str) -> dict[str, str]:
+        """Authorization for repository calls: a cached token for (installation, repo)."""
+        key = (installation_id, repo.lower())
+        with self._lock:
+            cached = self._tokens.get(key)
+        if cached is None or cached.expires_at - _TOKEN_REUSE_MARGIN <= datetime.now(UTC):
+            cached = self.installation_token(installation_id, repo)
+            with self._lock:
+                self._tokens[key] = cached
+        return {"Authorization": f"token {cached.token}"}
+
+    # ---- pull requests
+
+    def find_pull(
+        self, installation_id: int, repo: str, branch: str, state: PullState = "all"
+    ) -> PullRef | None:
+        """The pull request whose head is `branch` of `repo` (an open one first, then the
+        oldest), or None."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> PullRef | None:
+            response = self._gh.rest.pulls.list(
+                owner, name, head=f"{owner}:{branch}", state=state, per_page=100, headers=headers
+            )
+            found = [
+                PullRef(p.number, p.html_url, p.state, p.merged_at is not None) for p in response.parsed_data
+            ]
+            found.sort(key=lambda p: (p.state != "open", p.number))
+            return found[0] if found else None
+
+        return self._call(f"list pull requests of {repo} for {branch}", call)
+
+    def open_pull(
+        self, installation_id: int, repo: str, *, head: str, base: str, title: str, body: str
+    ) -> PullRef:
+        """Open a pull request from `head` into `base`, or return the one `head` already has
+        (GitHub's 422 "already exists", e.g. after a lost response was retried)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+        operation = f"open a pull request on {repo} from {head}"
+
+        def call() -> PullRef:
+            response = self._gh.rest.pulls.create(
+                owner, name, head=head, base=base, title=title, body=body, headers=headers
+            )
+            pull = response.parsed_data
+            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None)
+
+        try:
+            return self._call(operation, call)
+        except GitHubError as exc:
+            if exc.upstream_status != 422 or "already exists" not in exc.detail.lower():
+                raise
+        # Listing may lag the create that made the 422 (eventual consistency): look again,
+        # within the same bound of attempts.
+        for attempt in range(1, self.max_attempts + 1):
+            existing = self.find_pull(installation_id, repo, head, state="open")
+            if existing is not None:
+                return existing
+            if attempt < self.max_attempts:
+                self._sleep(_backoff(attempt))
+        raise GitHubError(
+            f"GitHub {operation} failed: it says one exists for the head, but none is listed",
+            operation=operation,
+            upstream_status=422,
+        )
+
+    # ---- retries
+
+    def _call(self, operation: str, call: Callable[[], T]) -> T:
+        last = ""
+        status: int | None = None
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return call()
+            except RateLimitExceeded as exc:
+                status = exc.response.status_code
+                wait = float(exc.retry_after.total_seconds())
+                last = f"rate limited (HTTP {status}, retry after {wait:g} s)"
+                if wait > self.max_retry_after:
+                    raise GitHubError(
+                        f"GitHub {operation} failed: {last}, longer than we wait",
+                        operation=operation,
+                        upstream_status=status,
+                    ) from None
+            except RequestFailed as exc:
+                status = exc.response.status_code
+                detail = self._detail(exc.response.raw_response)
+                if status < 500:
+                    raise GitHubError(
+                        f"GitHub {operation} failed: HTTP {status}" + (f": {detail}" if detail else ""),
+                        operation=operation,
+                        upstream_status=status,
+                        detail=detail,
+                    ) from None
+                wait = _backoff(attempt)
+                last = f"HTTP {status}"
+            except RequestError as exc:  # transport: refused, reset, timed out, no answer
+                status = None
+                wait = _backoff(attempt)
+                last = f"no answer ({type(exc.exc).__name__})"
+            except GitHubException as exc:  # e.g. App credentials unusable
+                raise GitHubError(
+                    f"GitHub {operation} failed: {type(exc).__name__}", operation=operation
+                ) from None
+            if attempt < self.max_attempts:
+                self._sleep(wait)
+        raise GitHubError(
+            f"GitHub {operation} failed after {self.max_attempts} attempts: {last}",
+            operation=operation,
+            upstream_status=status,
+        )
+
+    def _detail(self, response: httpx.Response) -> str:
+        """GitHub's message and validation errors, redacted and bounded."""
+        try:
+            body = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return ""
+        if not isinstance(body, dict):
+            return ""
+        parts = [str(body.get("message", ""))]
+        for error in body.get("errors") or []:
+            if isinstance(error, dict) and error.get("message"):
+                parts.append(str(error["message"]))
+        with self._lock:
+            held = [t.token for t in self._tokens.values()]
+        return redact("; ".join(p for p in parts if p), held)[:_DETAIL_LIMIT]
+
+
+def _backoff(attempt: int) -> float:
+    """Exponential with full jitter in its upper half: 0.5 s, 1 s, 2 s, ... capped at 8 s."""
+    ceiling = min(_BACKOFF_CAP_SECONDS, _BACKOFF_BASE_SECONDS * 2.0 ** (attempt - 1))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not security
+
+
+def _parse_time(value: str) -> datetime:
+    moment = datetime.fromisoformat(value)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _check_scope(body: Any, repo: str, operation: str) -> None:
+    """Refuse a token that can do more than asked: all repositories, another repository, or
+    a permission beyond contents:write, pull_requests:write (and GitHub's metadata:read)."""
+    problem = ""
+    if not isinstance(body, dict):
+        problem = "an unreadable answer"
+    else:
+        if body.get("repository_selection") == "all":
+            problem = "access to all repositories"
+        repositories = body.get("repositories")
+        if isinstance(repositories, list):
+            names = sorted(str(r.get("full_name", "")).lower() for r in repositories if isinstance(r, dict))
+            if names != [repo.lower()]:
+                problem = "access to other repositories"
+        permissions = body.get("permissions")
+        if isinstance(permissions, dict):
+            extra = {k: v for k, v in permissions.items() if _IMPLIED_PERMISSIONS.get(k) != v}
+            if extra != TOKEN_PERMISSIONS:
+                problem = "permissions other than contents:write and pull_requests:write"
+    if problem:
+        raise GitHubError(f"GitHub {operation}: the token has {problem}; refused", operation=operation)
+
+
+def private_key_from_env(environ: Mapping[str, str]) -> str:
+    """The App's PEM: STEWARD_GITHUB_PRIVATE_KEY, or the Secrets Manager secret named by
+    STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID (its SecretString)."""
+    pem = environ.get("STEWARD_GITHUB_PRIVATE_KEY", "")
+    if pem:
+        return pem
+    secret_id = environ.get("STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID", "")
+    if not secret_id:
+        raise RuntimeError("set STEWARD_GITHUB_PRIVATE_KEY or STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID")
+    import boto3  # noqa: PLC0415 - only this path needs Secrets Manager
+
+    from steward.adapters.dynamo import BOTO_CONFIG  # noqa: PLC0415
+
+    client = boto3.client("secretsmanager", config=BOTO_CONFIG)
+    value = client.get_secret_value(SecretId=secret_id).get("SecretString", "")
+    if not value:
+        raise RuntimeError("the GitHub App private key secret has no SecretString")
+    return value
+
+
+def github_app_from_env(environ: Mapping[str, str] | None = None) -> GitHubApp:
+    """The App from STEWARD_GITHUB_APP_ID, its private key (see `private_key_from_env`) and
+    STEWARD_GITHUB_API_URL (unset: api.github.com; locally: the twin)."""
+    env = os.environ if environ is None else environ
+    raw_id = env.get("STEWARD_GITHUB_APP_ID", "")
+    if not raw_id.isdigit():
+        raise RuntimeError("STEWARD_GITHUB_APP_ID must be the App's numeric id")
+    return GitHubApp(
+        int(raw_id), private_key_from_env(env), base_url=env.get("STEWARD_GITHUB_API_URL") or None
+    )

@@ -1,0 +1,49 @@
+"""A local stand-in for GitHub that Steward's tests and local stack run against.
+
+`GitHubTwin` speaks the REST subset Steward uses with bodies shaped as GitHub sends them
+(githubkit's models parse them), serves smart-HTTP git through `git http-backend` that
+accepts only `Authorization: Basic base64("x-access-token:<token>")` with a live token it
+minted for that repository, mints installation tokens from an App JWT (RS256, `iss` = the
+App id, `exp` at most 10 minutes ahead), and delivers signed webhooks with fault switches.
+
+REST (root of `twin.url`, as `api.github.com`):
+
+* `POST /app/installations/{id}/access_tokens`, `GET /app/installations[/{id}]`,
+  `GET /repos/{o}/{r}/installation` (App JWT)
+* `GET /repos/{o}/{r}`, `GET /installation/repositories`, `DELETE /installation/token`,
+  `POST|GET /repos/{o}/{r}/pulls`, `GET|PATCH /repos/{o}/{r}/pulls/{n}`,
+  `PUT|GET /repos/{o}/{r}/pulls/{n}/merge` (installation token, `token X` or `Bearer X`)
+
+Git: `{url}/{owner}/{repo}.git` (the repository's `clone_url`).
+
+Admin (`/_twin/`, loopback clients only, no auth): `POST repos/{o}/{r}/pulls/{n}/merge|close|reopen`,
+`GET repos/{o}/{r}/pulls`, `GET deliveries`, `POST deliveries/{id}/redeliver`, `POST flush`,
+`GET|POST faults`, `POST repos`, `POST installations`,
+`POST installations/{id}/suspend|unsuspend|repositories`. `admin` has a client for them.
+
+Behaviour that follows GitHub where a simpler fake would not (each can bite a client):
+
+* A token's scope is the installation's repositories intersected with the requested ones,
+  and shrinks when a repository leaves the installation; a suspended or deleted
+  installation's tokens stop working; tokens last one hour (`expire_token` ends one now).
+* `GET .../pulls?head=branch` without the `owner:` part ignores the filter, as GitHub does.
+* GET answers carry `ETag` and `Cache-Control: private, max-age=60`, and `If-None-Match`
+  gets a 304, so githubkit's HTTP cache (hishel) revalidates as against GitHub.
+* `pull_request` events are sent only for repositories of a live, unsuspended installation.
+* Webhook bodies are compact JSON; `X-Hub-Signature` (SHA-1) is sent beside
+  `X-Hub-Signature-256`, and neither when the secret is empty, as GitHub does.
+* Owner names that would shadow the twin's routes (`repos`, `app`, `_twin`, ...) are refused.
+* One installation per account, holding only that account's repositories, as on GitHub.
+
+For clients: githubkit caches App JWTs (by App id) and installation tokens (by App id and
+installation id) in one process-wide cache by default. Every twin has a new App key, so a
+process that starts more than one twin must give each `GitHub` client its own
+`cache_strategy=MemCacheStrategy()`, or it presents a JWT signed with an older twin's key.
+"""
+
+from steward.local.github_twin.faults import SWITCHES, Faults
+from steward.local.github_twin.state import TwinError
+from steward.local.github_twin.twin import GitHubTwin, GitRequest
+from steward.local.github_twin.webhooks import Delivery
+
+__all__ = ["SWITCHES", "Delivery", "Faults", "GitHubTwin", "GitRequest", "TwinError"]

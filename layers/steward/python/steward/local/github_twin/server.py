@@ -1,0 +1,618 @@
+"""The twin's HTTP front: REST at the root, git at `/{owner}/{repo}.git/`, admin at `/_twin/`.
+
+HTTP/1.1 with keep-alive, as git and httpx use it. REST answers carry GitHub's headers
+(`X-GitHub-Request-Id`, rate-limit headers, `ETag` with `304` on `If-None-Match`, `Link`
+for pages), so clients that cache or page (githubkit with hishel) behave as against
+GitHub. Fault switches apply to REST calls only, before authentication, as an overloaded
+front end would. No access log: request lines and headers can carry credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import ipaddress
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode
+
+from steward.local.github_twin import http_backend, shapes
+from steward.local.github_twin.state import TwinError
+from steward.local.github_twin.twin import GitHubTwin, GitRequest
+
+_LOG = logging.getLogger(__name__)
+
+Json = Any
+_IDLE_SECONDS = 60.0
+_MAX_BODY = 10 * 1024 * 1024
+_SEGMENT = r"([^/?#]+)"
+_NUMBER = r"([0-9]{1,9})"
+_GIT = re.compile(
+    r"^/([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9_.-]+?)\.git(/info/refs|/git-upload-pack|/git-receive-pack)$"
+)
+_PAGE = re.compile(rf"^/{_SEGMENT}/{_SEGMENT}/pull/{_NUMBER}$")
+_SECONDARY_RATE_LIMIT = (
+    "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
+    "If you reach out to GitHub Support for help, please include the request ID {request_id}."
+)
+_DOCS_RATE = "https://docs.github.com/free-pro-team@latest/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"
+_API_VERSION = "2022-11-28"
+
+
+@dataclass
+class _Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: Any
+    body: bytes
+
+    @property
+    def authorization(self) -> str | None:
+        value = self.headers.get("Authorization")
+        return value if isinstance(value, str) else None
+
+    def json(self) -> dict[str, Any]:
+        if not self.body.strip():
+            return {}
+        try:
+            value = json.loads(self.body)
+        except (ValueError, UnicodeDecodeError):
+            raise TwinError(400, "Problems parsing JSON") from None
+        if not isinstance(value, dict):
+            raise TwinError(400, "Problems parsing JSON")
+        return value
+
+
+@dataclass
+class _Result:
+    status: int
+    body: Json = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    drop: bool = False  # close the connection without answering
+
+
+Route = Callable[[GitHubTwin, _Request, tuple[str, ...]], _Result]
+
+
+class TwinHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], twin: GitHubTwin) -> None:
+        self.twin = twin
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A dropped connection is the client's business: no traceback on stderr."""
+        _LOG.debug("connection from %s failed", client_address, exc_info=True)
+
+
+class _BodyError(Exception):
+    pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "GitHub.com"
+    sys_version = ""
+    timeout = _IDLE_SECONDS
+    server: TwinHttpServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log: request lines can carry secrets."""
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        raw_path, _, query = self.path.partition("?")
+        if raw_path == "/_twin" or raw_path.startswith("/_twin/"):
+            self._admin(raw_path, query)
+            return
+        git = _GIT.match(raw_path)
+        if git is not None:
+            self._git(git.group(1), git.group(2), git.group(3), query)
+            return
+        page = _PAGE.match(raw_path)
+        if page is not None and self.command == "GET":
+            self._page(unquote(page.group(1)), unquote(page.group(2)), int(page.group(3)))
+            return
+        self._rest(raw_path, query)
+
+    # -- REST ------------------------------------------------------------------------------
+
+    def _rest(self, path: str, query: str) -> None:
+        twin = self.server.twin
+        request_id = uuid.uuid4().hex[:8].upper() + ":" + uuid.uuid4().hex[:12].upper()
+        try:
+            request = self._request(path, query)
+        except _BodyError as exc:
+            self._send_json(400, {"message": str(exc)}, request_id, close=True)
+            return
+        if twin.faults.take("server_errors"):
+            status = twin.next_server_error()
+            message = "Server Error" if status == 502 else "Service Unavailable"
+            self._send_json(status, {"message": message}, request_id)
+            return
+        if twin.faults.take("secondary_rate_limit"):
+            body = shapes.error(
+                _SECONDARY_RATE_LIMIT.format(request_id=request_id), status=403, documentation_url=_DOCS_RATE
+            )
+            self._send_json(403, body, request_id, [("Retry-After", "1")])
+            return
+        try:
+            result = _route(twin, request)
+        except TwinError as exc:
+            body = shapes.error(
+                exc.message, status=exc.status, documentation_url=exc.documentation_url, errors=exc.errors
+            )
+            self._send_json(exc.status, body, request_id)
+            return
+        except Exception as exc:  # a twin bug: answer like GitHub's 500, keep the message out
+            _LOG.error("github twin: %s %s failed with %s", request.method, path, type(exc).__name__)
+            _LOG.debug("github twin failure", exc_info=True)
+            self._send_json(500, {"message": "Server Error"}, request_id)
+            return
+        if result.drop:
+            self.close_connection = True
+            return
+        self._send_json(result.status, result.body, request_id, result.headers, etag=request.method == "GET")
+
+    def _request(self, path: str, query: str) -> _Request:
+        return _Request(
+            method=self.command,
+            path=path,
+            query=dict(parse_qsl(query, keep_blank_values=True)),
+            headers=self.headers,
+            body=self._read_body(),
+        )
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks: list[bytes] = []
+            total = 0
+            while True:
+                line = self.rfile.readline(1024)
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise _BodyError("invalid chunked body") from None
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                total += size
+                if total > _MAX_BODY:
+                    raise _BodyError("request body too large")
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(3)
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        try:
+            length = int(raw)
+        except ValueError:
+            raise _BodyError("invalid Content-Length") from None
+        if length < 0 or length > _MAX_BODY:
+            raise _BodyError("invalid Content-Length")
+        return self.rfile.read(length)
+
+    def _send_json(
+        self,
+        status: int,
+        body: Json,
+        request_id: str,
+        headers: list[tuple[str, str]] | None = None,
+        *,
+        etag: bool = False,
+        close: bool = False,
+    ) -> None:
+        payload = b"" if body is None else json.dumps(body, indent=2).encode()
+        out = [
+            ("X-GitHub-Api-Version-Selected", _API_VERSION),
+            ("X-GitHub-Media-Type", "github.v3; format=json"),
+            ("X-GitHub-Request-Id", request_id),
+            ("X-RateLimit-Limit", "5000"),
+            ("X-RateLimit-Remaining", "4999"),
+            ("X-RateLimit-Reset", str(int(time.time()) + 3600)),
+            ("X-RateLimit-Used", "1"),
+            ("X-RateLimit-Resource", "core"),
+            *(headers or []),
+        ]
+        if body is not None:
+            out.append(("Content-Type", "application/json; charset=utf-8"))
+        if etag and status == 200:
+            tag = 'W/"' + hashlib.sha256(payload).hexdigest() + '"'
+            out += [
+                ("Cache-Control", "private, max-age=60, s-maxage=60"),
+                ("Vary", "Accept, Authorization, Cookie, X-GitHub-OTP"),
+                ("ETag", tag),
+            ]
+            if _etag_matches(self.headers.get("If-None-Match"), tag):
+                status, payload = 304, b""
+                out = [(k, v) for k, v in out if k != "Content-Type"]
+        if close:
+            self.close_connection = True
+            out.append(("Connection", "close"))
+        self._send(status, out, payload)
+
+    def _send(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        if status != 304:
+            self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD" and status != 304:
+            self.wfile.write(payload)
+
+    # -- git -------------------------------------------------------------------------------
+
+    def _git(self, owner: str, name: str, rest: str, query: str) -> None:
+        twin = self.server.twin
+        full_name = f"{owner}/{name}"
+        params = dict(parse_qsl(query))
+        if rest == "/info/refs":
+            service = params.get("service", "")
+            allowed = self.command == "GET" and service in ("git-upload-pack", "git-receive-pack")
+        else:
+            service = rest[1:]
+            allowed = self.command == "POST"
+        has_body = "Content-Length" in self.headers or "Transfer-Encoding" in self.headers
+        encoding = self.headers.get("Content-Encoding")
+        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        if not allowed:  # the dumb protocol and odd methods are not served
+            self._git_refuse(403, "Forbidden", has_body)
+            return
+        status, message = twin.git_access(
+            self.headers.get("Authorization"), full_name, write=service == "git-receive-pack"
+        )
+        canonical = twin.canonical_name(full_name) if status == 200 else None
+        if canonical is None:
+            status, message = (status, message) if status != 200 else (401, "Repository not found.")
+            # recorded before answering: a client that saw the answer finds it recorded
+            twin.record_git_request(GitRequest(full_name, service, self.command, status, encoding, chunked))
+            self._git_refuse(status, message, has_body)
+            return
+
+        sent: list[int] = []
+
+        def send_head(cgi_status: int, headers: list[tuple[str, str]]) -> None:
+            sent.append(cgi_status)
+            twin.record_git_request(
+                GitRequest(canonical, service, self.command, cgi_status, encoding, chunked)
+            )
+            self.send_response(cgi_status)
+            for key, value in headers:
+                self.send_header(key, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+        request = http_backend.CgiRequest(
+            method=self.command,
+            path_info=f"/{canonical}.git{rest}",
+            query=query,
+            headers=self.headers,
+            remote_addr=self.client_address[0],
+            remote_user="x-access-token",
+        )
+        try:
+            http_backend.run(
+                request, self.rfile, send_head, self.wfile, project_root=twin.git_root, home=twin.git_home
+            )
+        except http_backend.BadRequest:
+            self.close_connection = True
+            if not sent:
+                twin.record_git_request(GitRequest(canonical, service, self.command, 400, encoding, chunked))
+                self._git_refuse(400, "Bad Request", False)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _git_refuse(self, status: int, message: str, has_body: bool) -> None:
+        headers = [("Content-Type", "text/plain; charset=utf-8")]
+        if status == 401:
+            headers.append(("WWW-Authenticate", 'Basic realm="GitHub"'))
+        if has_body:  # the unread body would be taken for the next request
+            self.close_connection = True
+            headers.append(("Connection", "close"))
+        self._send(status, headers, (message + "\n").encode())
+
+    # -- pages and admin -------------------------------------------------------------------
+
+    def _page(self, owner: str, name: str, number: int) -> None:
+        """A minimal pull request page, so the `html_url` of every body leads somewhere."""
+        try:
+            pull = self.server.twin.pull(f"{owner}/{name}", number)
+        except TwinError:
+            self._send(404, [("Content-Type", "text/plain; charset=utf-8")], b"Not Found\n")
+            return
+        state = "merged" if pull["merged"] else pull["state"]
+        text = (
+            f"<!doctype html><title>{html.escape(pull['title'])} #{number}</title>"
+            f"<h1>{html.escape(pull['title'])} <small>#{number}</small></h1>"
+            f"<p>{html.escape(state)}: {html.escape(pull['head']['label'])} into "
+            f"{html.escape(pull['base']['ref'])} at {html.escape(pull['head']['sha'])}</p>"
+            f"<pre>{html.escape(pull['body'] or '')}</pre>"
+        )
+        self._send(200, [("Content-Type", "text/html; charset=utf-8")], text.encode())
+
+    def _admin(self, path: str, query: str) -> None:
+        request_id = uuid.uuid4().hex
+        try:
+            request = self._request(path, query)
+        except _BodyError as exc:
+            self._send_json(400, {"message": str(exc)}, request_id, close=True)
+            return
+        if not ipaddress.ip_address(self.client_address[0].removeprefix("::ffff:")).is_loopback:
+            self._send_json(403, {"message": "the admin API answers loopback clients only"}, request_id)
+            return
+        try:
+            result = _admin_route(self.server.twin, request)
+        except TwinError as exc:
+            self._send_json(exc.status, {"message": exc.message, "errors": exc.errors}, request_id)
+            return
+        except (KeyError, ValueError, TypeError) as exc:
+            status = 404 if isinstance(exc, KeyError) else 422
+            self._send_json(status, {"message": str(exc).strip("'\"")}, request_id)
+            return
+        self._send_json(result.status, result.body, request_id, result.headers)
+
+
+def _etag_matches(header: str | None, tag: str) -> bool:
+    if not header:
+        return False
+    weak = tag.removeprefix("W/")
+    return any(
+        v.strip() in (tag, weak, "*") or v.strip().removeprefix("W/") == weak for v in header.split(",")
+    )
+
+
+# -- REST routes -------------------------------------------------------------------------------
+
+
+def _paged(request: _Request, items: list[Json], base_url: str) -> tuple[list[Json], list[tuple[str, str]]]:
+    """One page of `items` by `page`/`per_page` (30 by default, at most 100) and its `Link`."""
+    per_page = min(max(_int(request.query.get("per_page"), 30), 1), 100)
+    page = max(_int(request.query.get("page"), 1), 1)
+    last = max((len(items) + per_page - 1) // per_page, 1)
+    chunk = items[(page - 1) * per_page : page * per_page]
+    links = []
+
+    def link(number: int, rel: str) -> str:
+        query = {**request.query, "per_page": str(per_page), "page": str(number)}
+        return f'<{base_url}{request.path}?{urlencode(query)}>; rel="{rel}"'
+
+    if page > 1:
+        links += [link(page - 1, "prev"), link(1, "first")]
+    if page < last:
+        links += [link(page + 1, "next"), link(last, "last")]
+    return chunk, [("Link", ", ".join(links))] if links else []
+
+
+def _int(raw: str | None, default: int) -> int:
+    try:
+        return int(raw) if raw is not None else default
+    except ValueError:
+        return default
+
+
+def _full(match: tuple[str, ...]) -> str:
+    return f"{unquote(match[0])}/{unquote(match[1])}"
+
+
+def _create_token(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(201, twin.api_create_token(req.authorization, int(m[0]), req.json()))
+
+
+def _installation(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_installation(req.authorization, int(m[0])))
+
+
+def _installations(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    items, headers = _paged(req, twin.api_installations(req.authorization), twin.url)
+    return _Result(200, items, headers)
+
+
+def _repo_installation(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_repo_installation(req.authorization, _full(m)))
+
+
+def _repo(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_repo(req.authorization, _full(m)))
+
+
+def _installation_repos(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    selection, repos = twin.api_installation_repos(req.authorization)
+    items, headers = _paged(req, repos, twin.url)
+    body = {"total_count": len(repos), "repository_selection": selection, "repositories": items}
+    return _Result(200, body, headers)
+
+
+def _revoke(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    twin.api_revoke(req.authorization)
+    return _Result(204)
+
+
+def _create_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    pull = twin.api_create_pull(req.authorization, _full(m), req.json())
+    return _Result(
+        201, pull, [("Location", pull["url"])], drop=twin.faults.take("drop_response_after_pr_create")
+    )
+
+
+def _list_pulls(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    items, headers = _paged(req, twin.api_list_pulls(req.authorization, _full(m), req.query), twin.url)
+    return _Result(200, items, headers)
+
+
+def _get_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_get_pull(req.authorization, _full(m), int(m[2])))
+
+
+def _update_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_update_pull(req.authorization, _full(m), int(m[2]), req.json()))
+
+
+def _merge_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_merge_pull(req.authorization, _full(m), int(m[2]), req.json()))
+
+
+def _check_merged(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    pull = twin.api_get_pull(req.authorization, _full(m), int(m[2]))
+    if not pull["merged"]:
+        raise TwinError(404, "Not Found")
+    return _Result(204)
+
+
+_ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
+    ("POST", re.compile(rf"^/app/installations/{_NUMBER}/access_tokens$"), _create_token),
+    ("GET", re.compile(rf"^/app/installations/{_NUMBER}$"), _installation),
+    ("GET", re.compile(r"^/app/installations$"), _installations),
+    ("GET", re.compile(r"^/installation/repositories$"), _installation_repos),
+    ("DELETE", re.compile(r"^/installation/token$"), _revoke),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/installation$"), _repo_installation),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}$"), _repo),
+    ("POST", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls$"), _create_pull),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls$"), _list_pulls),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}$"), _get_pull),
+    ("PATCH", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}$"), _update_pull),
+    ("PUT", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/merge$"), _merge_pull),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/merge$"), _check_merged),
+]
+
+
+def _route(twin: GitHubTwin, request: _Request) -> _Result:
+    method = "GET" if request.method == "HEAD" else request.method
+    for route_method, pattern, handler in _ROUTES:
+        match = pattern.match(request.path)
+        if match is not None and route_method == method:
+            return handler(twin, request, match.groups())
+    raise TwinError(404, "Not Found")
+
+
+# -- admin routes ------------------------------------------------------------------------------
+
+
+def _admin_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    act = {"merge": twin.merge, "close": twin.close, "reopen": twin.reopen}[m[3]]
+    return _Result(200, act(_full(m), int(m[2])))
+
+
+def _admin_pulls(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.pulls(_full(m)))
+
+
+def _admin_deliveries(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, [d.summary() for d in twin.deliveries])
+
+
+def _admin_redeliver(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    twin.redeliver(unquote(m[0]))
+    return _Result(202, {"redelivered": unquote(m[0])})
+
+
+def _admin_flush(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, {"flushed": twin.flush()})
+
+
+def _admin_faults(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.admin_faults(req.json() if req.method == "POST" else {}))
+
+
+def _admin_create_repo(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    body = req.json()
+    repo = twin.create_repo(
+        str(body.get("full_name", "")),
+        _str_map(body.get("files", {})),
+        default_branch=str(body.get("default_branch", "main")),
+    )
+    return _Result(201, repo)
+
+
+def _admin_create_installation(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    body = req.json()
+    number = body.get("installation_id")
+    installation_id = twin.create_installation(
+        str(body.get("account", "")),
+        _names(body.get("repos", [])),
+        installation_id=number if isinstance(number, int) else None,
+    )
+    return _Result(201, {"id": installation_id})
+
+
+def _admin_installation(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    installation_id, act = int(m[0]), m[1]
+    if act == "repositories":
+        body = req.json()
+        twin.add_repos(installation_id, _names(body.get("add", [])))
+        twin.remove_repos(installation_id, _names(body.get("remove", [])))
+    else:
+        twin.suspend(installation_id, act == "suspend")
+    return _Result(200, {"id": installation_id})
+
+
+_ADMIN_ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
+    (
+        "POST",
+        re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/(merge|close|reopen)$"),
+        _admin_pull,
+    ),
+    ("GET", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls$"), _admin_pulls),
+    ("GET", re.compile(r"^/_twin/deliveries$"), _admin_deliveries),
+    ("POST", re.compile(rf"^/_twin/deliveries/{_SEGMENT}/redeliver$"), _admin_redeliver),
+    ("POST", re.compile(r"^/_twin/flush$"), _admin_flush),
+    ("GET", re.compile(r"^/_twin/faults$"), _admin_faults),
+    ("POST", re.compile(r"^/_twin/faults$"), _admin_faults),
+    ("POST", re.compile(r"^/_twin/repos$"), _admin_create_repo),
+    ("POST", re.compile(r"^/_twin/installations$"), _admin_create_installation),
+    (
+        "POST",
+        re.compile(rf"^/_twin/installations/{_NUMBER}/(suspend|unsuspend|repositories)$"),
+        _admin_installation,
+    ),
+]
+
+
+def _admin_route(twin: GitHubTwin, request: _Request) -> _Result:
+    """The reviewer's and the test's controls; see the package docstring for the list."""
+    for route_method, pattern, handler in _ADMIN_ROUTES:
+        match = pattern.match(request.path)
+        if match is not None and route_method == request.method:
+            return handler(twin, request, match.groups())
+    raise TwinError(404, "Not Found")
+
+
+def _names(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("repository names must be a list of strings")
+    return value
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError("files must map paths to text")
+    return value

@@ -1,0 +1,330 @@
+"""JSON bodies shaped as GitHub's REST API v3 sends them, built from the twin's records.
+
+Every field githubkit's models require is present (a test validates each shape against
+githubkit), and the URL fields point at the twin: REST at its root as for
+`api.github.com`, pages and git at `{url}/{owner}/{repo}` as for `github.com`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from steward.local.github_twin.state import Account, Installation, Pull, Repo, iso, node_id
+
+__all__ = [
+    "PullStats",
+    "error",
+    "installation",
+    "node_id",
+    "pull_request",
+    "repository",
+    "repository_brief",
+    "user",
+]
+
+Json = dict[str, Any]
+
+_NODE_PREFIX = {"User": "U", "Organization": "O", "Bot": "BOT"}
+
+
+@dataclass(frozen=True)
+class PullStats:
+    """What GitHub computes from the branches: commits ahead and the diff's size."""
+
+    commits: int = 0
+    additions: int = 0
+    deletions: int = 0
+    changed_files: int = 0
+    mergeable: bool | None = True
+
+
+def user(base: str, account: Account) -> Json:
+    login = account.login
+    api = f"{base}/users/{login}"
+    return {
+        "login": login,
+        "id": account.id,
+        "node_id": node_id(_NODE_PREFIX.get(account.type, "U"), account.id),
+        "avatar_url": f"{base}/avatars/u/{account.id}?v=4",
+        "gravatar_id": "",
+        "url": api,
+        "html_url": f"{base}/apps/{login.removesuffix('[bot]')}"
+        if account.type == "Bot"
+        else f"{base}/{login}",
+        "followers_url": f"{api}/followers",
+        "following_url": api + "/following{/other_user}",
+        "gists_url": api + "/gists{/gist_id}",
+        "starred_url": api + "/starred{/owner}{/repo}",
+        "subscriptions_url": f"{api}/subscriptions",
+        "organizations_url": f"{api}/orgs",
+        "repos_url": f"{api}/repos",
+        "events_url": api + "/events{/privacy}",
+        "received_events_url": f"{api}/received_events",
+        "type": account.type,
+        "user_view_type": "public",
+        "site_admin": False,
+    }
+
+
+def repository(base: str, repo: Repo, owner: Account, *, open_issues: int = 0, full: bool = False) -> Json:
+    """A repository: the `Repository` shape, or with `full` the `FullRepository` one."""
+    api = f"{base}/repos/{repo.full_name}"
+    host = urlsplit(base).netloc
+    body: Json = {
+        "id": repo.id,
+        "node_id": node_id("R", repo.id),
+        "name": repo.name,
+        "full_name": repo.full_name,
+        "private": repo.private,
+        "owner": user(base, owner),
+        "html_url": f"{base}/{repo.full_name}",
+        "description": None,
+        "fork": False,
+        "url": api,
+        "forks_url": f"{api}/forks",
+        "keys_url": api + "/keys{/key_id}",
+        "collaborators_url": api + "/collaborators{/collaborator}",
+        "teams_url": f"{api}/teams",
+        "hooks_url": f"{api}/hooks",
+        "issue_events_url": api + "/issues/events{/number}",
+        "events_url": f"{api}/events",
+        "assignees_url": api + "/assignees{/user}",
+        "branches_url": api + "/branches{/branch}",
+        "tags_url": f"{api}/tags",
+        "blobs_url": api + "/git/blobs{/sha}",
+        "git_tags_url": api + "/git/tags{/sha}",
+        "git_refs_url": api + "/git/refs{/sha}",
+        "trees_url": api + "/git/trees{/sha}",
+        "statuses_url": api + "/statuses/{sha}",
+        "languages_url": f"{api}/languages",
+        "stargazers_url": f"{api}/stargazers",
+        "contributors_url": f"{api}/contributors",
+        "subscribers_url": f"{api}/subscribers",
+        "subscription_url": f"{api}/subscription",
+        "commits_url": api + "/commits{/sha}",
+        "git_commits_url": api + "/git/commits{/sha}",
+        "comments_url": api + "/comments{/number}",
+        "issue_comment_url": api + "/issues/comments{/number}",
+        "contents_url": api + "/contents/{+path}",
+        "compare_url": api + "/compare/{base}...{head}",
+        "merges_url": f"{api}/merges",
+        "archive_url": api + "/{archive_format}{/ref}",
+        "downloads_url": f"{api}/downloads",
+        "issues_url": api + "/issues{/number}",
+        "pulls_url": api + "/pulls{/number}",
+        "milestones_url": api + "/milestones{/number}",
+        "notifications_url": api + "/notifications{?since,all,participating}",
+        "labels_url": api + "/labels{/name}",
+        "releases_url": api + "/releases{/id}",
+        "deployments_url": f"{api}/deployments",
+        "created_at": iso(repo.created_at),
+        "updated_at": iso(repo.pushed_at),
+        "pushed_at": iso(repo.pushed_at),
+        "git_url": f"git://{host}/{repo.full_name}.git",
+        "ssh_url": f"git@{host}:{repo.full_name}.git",
+        "clone_url": f"{base}/{repo.full_name}.git",
+        "svn_url": f"{base}/{repo.full_name}",
+        "homepage": None,
+        "size": 0,
+        "stargazers_count": 0,
+        "watchers_count": 0,
+        "language": None,
+        "has_issues": True,
+        "has_projects": True,
+        "has_downloads": True,
+        "has_wiki": True,
+        "has_pages": False,
+        "has_discussions": False,
+        "forks_count": 0,
+        "mirror_url": None,
+        "archived": False,
+        "disabled": False,
+        "open_issues_count": open_issues,
+        "license": None,
+        "allow_forking": True,
+        "is_template": False,
+        "web_commit_signoff_required": False,
+        "topics": [],
+        "visibility": "private" if repo.private else "public",
+        "forks": 0,
+        "open_issues": open_issues,
+        "watchers": 0,
+        "default_branch": repo.default_branch,
+    }
+    if full:
+        body.update(
+            {
+                "allow_squash_merge": True,
+                "allow_merge_commit": True,
+                "allow_rebase_merge": True,
+                "allow_auto_merge": False,
+                "delete_branch_on_merge": False,
+                "allow_update_branch": False,
+                "use_squash_pr_title_as_default": False,
+                "squash_merge_commit_title": "COMMIT_OR_PR_TITLE",
+                "squash_merge_commit_message": "COMMIT_MESSAGES",
+                "merge_commit_title": "MERGE_MESSAGE",
+                "merge_commit_message": "PR_TITLE",
+                "network_count": 0,
+                "subscribers_count": 0,
+            }
+        )
+    return body
+
+
+def repository_brief(repo: Repo) -> Json:
+    """The short repository form of installation webhooks."""
+    return {
+        "id": repo.id,
+        "node_id": node_id("R", repo.id),
+        "name": repo.name,
+        "full_name": repo.full_name,
+        "private": repo.private,
+    }
+
+
+def installation(
+    base: str,
+    inst: Installation,
+    account: Account,
+    *,
+    app_id: int,
+    app_slug: str,
+    suspended_by: Account | None,
+) -> Json:
+    settings = "organizations/" + account.login + "/" if account.type == "Organization" else ""
+    return {
+        "id": inst.id,
+        "client_id": f"Iv1.twin{app_id:08d}",
+        "account": user(base, account),
+        "repository_selection": "selected",
+        "access_tokens_url": f"{base}/app/installations/{inst.id}/access_tokens",
+        "repositories_url": f"{base}/installation/repositories",
+        "html_url": f"{base}/{settings}settings/installations/{inst.id}",
+        "app_id": app_id,
+        "app_slug": app_slug,
+        "target_id": account.id,
+        "target_type": account.type,
+        "permissions": dict(sorted(inst.permissions.items())),
+        "events": ["pull_request"],
+        "created_at": iso(inst.created_at),
+        "updated_at": iso(inst.updated_at),
+        "single_file_name": None,
+        "has_multiple_single_files": False,
+        "single_file_paths": [],
+        "suspended_by": None if suspended_by is None else user(base, suspended_by),
+        "suspended_at": None if inst.suspended_at is None else iso(inst.suspended_at),
+    }
+
+
+def pull_request(
+    base: str,
+    repo: Json,
+    pull: Pull,
+    *,
+    author: Json,
+    owner: Json,
+    merged_by: Json | None = None,
+    stats: PullStats | None = None,
+) -> Json:
+    """A pull request: the `PullRequestSimple` shape of a list, or with `stats` the full one.
+
+    `repo` is the repository JSON used for both `head.repo` and `base.repo` (no forks).
+    """
+    full_name = repo["full_name"]
+    api = f"{base}/repos/{full_name}/pulls/{pull.number}"
+    html = f"{base}/{full_name}/pull/{pull.number}"
+    issue = f"{base}/repos/{full_name}/issues/{pull.number}"
+    statuses = f"{base}/repos/{full_name}/statuses/{pull.head_sha}"
+    login = owner["login"]
+    body: Json = {
+        "url": api,
+        "id": pull.id,
+        "node_id": node_id("PR", pull.id),
+        "html_url": html,
+        "diff_url": f"{html}.diff",
+        "patch_url": f"{html}.patch",
+        "issue_url": issue,
+        "number": pull.number,
+        "state": pull.state,
+        "locked": False,
+        "title": pull.title,
+        "user": author,
+        "body": pull.body,
+        "created_at": iso(pull.created_at),
+        "updated_at": iso(pull.updated_at),
+        "closed_at": None if pull.closed_at is None else iso(pull.closed_at),
+        "merged_at": None if pull.merged_at is None else iso(pull.merged_at),
+        "merge_commit_sha": pull.merge_commit_sha,
+        "assignee": None,
+        "assignees": [],
+        "requested_reviewers": [],
+        "requested_teams": [],
+        "labels": [],
+        "milestone": None,
+        "draft": pull.draft,
+        "commits_url": f"{api}/commits",
+        "review_comments_url": f"{api}/comments",
+        "review_comment_url": f"{base}/repos/{full_name}/pulls/comments" + "{/number}",
+        "comments_url": f"{issue}/comments",
+        "statuses_url": statuses,
+        "head": {
+            "label": f"{login}:{pull.head_ref}",
+            "ref": pull.head_ref,
+            "sha": pull.head_sha,
+            "user": owner,
+            "repo": repo,
+        },
+        "base": {
+            "label": f"{login}:{pull.base_ref}",
+            "ref": pull.base_ref,
+            "sha": pull.base_sha,
+            "user": owner,
+            "repo": repo,
+        },
+        "_links": {
+            "self": {"href": api},
+            "html": {"href": html},
+            "issue": {"href": issue},
+            "comments": {"href": f"{issue}/comments"},
+            "review_comments": {"href": f"{api}/comments"},
+            "review_comment": {"href": f"{base}/repos/{full_name}/pulls/comments" + "{/number}"},
+            "commits": {"href": f"{api}/commits"},
+            "statuses": {"href": statuses},
+        },
+        "author_association": "NONE",
+        "auto_merge": None,
+        "active_lock_reason": None,
+    }
+    if stats is not None:
+        open_ = pull.state == "open"
+        body.update(
+            {
+                "merged": pull.merged,
+                "mergeable": stats.mergeable if open_ else None,
+                "rebaseable": stats.mergeable if open_ else None,
+                "mergeable_state": ("clean" if stats.mergeable else "dirty") if open_ else "unknown",
+                "merged_by": merged_by,
+                "comments": 0,
+                "review_comments": 0,
+                "maintainer_can_modify": False,
+                "commits": stats.commits,
+                "additions": stats.additions,
+                "deletions": stats.deletions,
+                "changed_files": stats.changed_files,
+            }
+        )
+    return body
+
+
+def error(
+    message: str, *, status: int, documentation_url: str, errors: list[dict[str, str]] | None = None
+) -> Json:
+    body: Json = {"message": message}
+    if errors is not None:
+        body["errors"] = errors
+    body["documentation_url"] = documentation_url
+    body["status"] = str(status)
+    return body

@@ -1,0 +1,1160 @@
+"""The webhook receiver against moto: every bad input of issue 5 refused or ignored with
+nothing stored; pull request events driving a real spawned and claimed task; duplicates
+costing one request; installation events converging whatever their order.
+
+Payloads have GitHub's shapes (githubkit parses them) and are signed with the test secret.
+The builders below are also used by `bench/bench_webhooks.py`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import itertools
+import json
+import logging
+import random
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+import boto3
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from steward import webhook_handler
+from steward.adapters.delivery_store import DeliveryStore
+from steward.adapters.dynamo import Tables, count_requests, plain
+from steward.adapters.installation_store import InstallationStore
+from steward.adapters.task_store import TaskStore
+from steward.domain.installations import Installation
+from steward.domain.models import Task, TaskStatus, utcnow
+from steward.local.http_adapter import LambdaContext, LambdaHttpServer
+from steward.services.container import Services
+from steward.services.webhooks import (
+    InstallationChange,
+    InstallationSync,
+    WebhookReceiver,
+    WebhookSecret,
+    merge,
+)
+from steward.tables import DELIVERIES, EVENTS, INSTALLATIONS, PLANS, TASKS, USERS
+
+from tests.support.documents import document
+from tests.support.plans import spawn_item
+
+SECRET = "It's a Secret to Everybody"
+REPO = "octo/demo"
+REPO_ID = 1296269
+INSTALLATION_ID = 7
+APP_ID = 4242
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+# ---- GitHub-shaped payloads
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def github_user(login: str, user_id: int = 583231, kind: str = "User") -> dict[str, Any]:
+    api = f"https://api.github.com/users/{login}"
+    return {
+        "login": login,
+        "id": user_id,
+        "node_id": base64.b64encode(f"04:User{user_id}".encode()).decode(),
+        "avatar_url": f"https://avatars.githubusercontent.com/u/{user_id}?v=4",
+        "gravatar_id": "",
+        "url": api,
+        "html_url": f"https://github.com/{login}",
+        "followers_url": f"{api}/followers",
+        "following_url": f"{api}/following{{/other_user}}",
+        "gists_url": f"{api}/gists{{/gist_id}}",
+        "starred_url": f"{api}/starred{{/owner}}{{/repo}}",
+        "subscriptions_url": f"{api}/subscriptions",
+        "organizations_url": f"{api}/orgs",
+        "repos_url": f"{api}/repos",
+        "events_url": f"{api}/events{{/privacy}}",
+        "received_events_url": f"{api}/received_events",
+        "type": kind,
+        "user_view_type": "public",
+        "site_admin": False,
+    }
+
+
+def github_repository(full_name: str = REPO, repo_id: int = REPO_ID) -> dict[str, Any]:
+    owner, name = full_name.split("/")
+    api = f"https://api.github.com/repos/{full_name}"
+    templated = {
+        "archive_url": f"{api}/{{archive_format}}{{/ref}}",
+        "assignees_url": f"{api}/assignees{{/user}}",
+        "blobs_url": f"{api}/git/blobs{{/sha}}",
+        "branches_url": f"{api}/branches{{/branch}}",
+        "collaborators_url": f"{api}/collaborators{{/collaborator}}",
+        "comments_url": f"{api}/comments{{/number}}",
+        "commits_url": f"{api}/commits{{/sha}}",
+        "compare_url": f"{api}/compare/{{base}}...{{head}}",
+        "contents_url": f"{api}/contents/{{+path}}",
+        "contributors_url": f"{api}/contributors",
+        "deployments_url": f"{api}/deployments",
+        "downloads_url": f"{api}/downloads",
+        "events_url": f"{api}/events",
+        "forks_url": f"{api}/forks",
+        "git_commits_url": f"{api}/git/commits{{/sha}}",
+        "git_refs_url": f"{api}/git/refs{{/sha}}",
+        "git_tags_url": f"{api}/git/tags{{/sha}}",
+        "hooks_url": f"{api}/hooks",
+        "issue_comment_url": f"{api}/issues/comments{{/number}}",
+        "issue_events_url": f"{api}/issues/events{{/number}}",
+        "issues_url": f"{api}/issues{{/number}}",
+        "keys_url": f"{api}/keys{{/key_id}}",
+        "labels_url": f"{api}/labels{{/name}}",
+        "languages_url": f"{api}/languages",
+        "merges_url": f"{api}/merges",
+        "milestones_url": f"{api}/milestones{{/number}}",
+        "notifications_url": f"{api}/notifications{{?since,all,participating}}",
+        "pulls_url": f"{api}/pulls{{/number}}",
+        "releases_url": f"{api}/releases{{/id}}",
+        "stargazers_url": f"{api}/stargazers",
+        "statuses_url": f"{api}/statuses/{{sha}}",
+        "subscribers_url": f"{api}/subscribers",
+        "subscription_url": f"{api}/subscription",
+        "tags_url": f"{api}/tags",
+        "teams_url": f"{api}/teams",
+        "trees_url": f"{api}/git/trees{{/sha}}",
+    }
+    return {
+        "id": repo_id,
+        "node_id": base64.b64encode(f"010:Repository{repo_id}".encode()).decode(),
+        "name": name,
+        "full_name": full_name,
+        "private": True,
+        "owner": github_user(owner, 583231 + len(owner), "Organization"),
+        "html_url": f"https://github.com/{full_name}",
+        "description": "A repository Steward works on",
+        "fork": False,
+        "url": api,
+        **templated,
+        "created_at": "2024-01-26T19:01:12Z",
+        "updated_at": "2025-02-28T10:00:00Z",
+        "pushed_at": "2025-03-01T11:59:00Z",
+        "git_url": f"git://github.com/{full_name}.git",
+        "ssh_url": f"git@github.com:{full_name}.git",
+        "clone_url": f"https://github.com/{full_name}.git",
+        "svn_url": f"https://github.com/{full_name}",
+        "homepage": None,
+        "size": 108,
+        "stargazers_count": 0,
+        "watchers_count": 0,
+        "language": "Python",
+        "has_issues": True,
+        "has_projects": True,
+        "has_downloads": True,
+        "has_wiki": False,
+        "has_pages": False,
+        "has_discussions": False,
+        "forks_count": 0,
+        "mirror_url": None,
+        "archived": False,
+        "disabled": False,
+        "open_issues_count": 1,
+        "license": None,
+        "allow_forking": False,
+        "is_template": False,
+        "web_commit_signoff_required": False,
+        "topics": [],
+        "visibility": "private",
+        "forks": 0,
+        "open_issues": 1,
+        "watchers": 0,
+        "default_branch": "main",
+    }
+
+
+def pull_request_payload(
+    action: str,
+    *,
+    branch: str,
+    number: int = 17,
+    merged: bool = False,
+    state: str | None = None,
+    repo: str = REPO,
+    repo_id: int = REPO_ID,
+    installation_id: int | None = INSTALLATION_ID,
+    head_repo: str | None = None,
+    head_repo_id: int | None = None,
+) -> dict[str, Any]:
+    """A pull_request event as GitHub sends it for a Steward branch of `repo`."""
+    state = state or ("closed" if action == "closed" else "open")
+    repository = github_repository(repo, repo_id)
+    head_repository = github_repository(head_repo or repo, head_repo_id or repo_id)
+    bot = github_user("steward-app[bot]", 9919, "Bot")
+    reviewer = github_user("octocat", 1)
+    html = f"https://github.com/{repo}/pull/{number}"
+    api = f"https://api.github.com/repos/{repo}"
+    closed_at = _stamp(T0 + timedelta(hours=1)) if state == "closed" else None
+    pull_request = {
+        "url": f"{api}/pulls/{number}",
+        "id": 1_000_000 + number,
+        "node_id": f"PR_kwDOABCD{number:05d}",
+        "html_url": html,
+        "diff_url": f"{html}.diff",
+        "patch_url": f"{html}.patch",
+        "issue_url": f"{api}/issues/{number}",
+        "number": number,
+        "state": state,
+        "locked": False,
+        "title": "Steward: change module 1",
+        "user": bot,
+        "body": "Opened by Steward for an approved plan item.",
+        "created_at": _stamp(T0),
+        "updated_at": _stamp(T0 + timedelta(hours=1)),
+        "closed_at": closed_at,
+        "merged_at": closed_at if merged else None,
+        "merge_commit_sha": "e5bd3914e2e596debea16f433f57875b5b90bcd6" if merged else None,
+        "assignee": None,
+        "assignees": [],
+        "requested_reviewers": [],
+        "requested_teams": [],
+        "labels": [],
+        "milestone": None,
+        "draft": False,
+        "commits_url": f"{api}/pulls/{number}/commits",
+        "review_comments_url": f"{api}/pulls/{number}/comments",
+        "review_comment_url": f"{api}/pulls/comments{{/number}}",
+        "comments_url": f"{api}/issues/{number}/comments",
+        "statuses_url": f"{api}/statuses/6dcb09b5b57875f334f61aebed695e2e4193db5e",
+        "head": {
+            "label": f"{(head_repo or repo).split('/')[0]}:{branch}",
+            "ref": branch,
+            "sha": "6dcb09b5b57875f334f61aebed695e2e4193db5e",
+            "user": head_repository["owner"],
+            "repo": head_repository,
+        },
+        "base": {
+            "label": f"{repo.split('/', maxsplit=1)[0]}:main",
+            "ref": "main",
+            "sha": "9049f1265b7d61be4a8904a9a27120d2064dab3b",
+            "user": repository["owner"],
+            "repo": repository,
+        },
+        "_links": {
+            name: {"href": href}
+            for name, href in {
+                "self": f"{api}/pulls/{number}",
+                "html": html,
+                "issue": f"{api}/issues/{number}",
+                "comments": f"{api}/issues/{number}/comments",
+                "review_comments": f"{api}/pulls/{number}/comments",
+                "review_comment": f"{api}/pulls/comments{{/number}}",
+                "commits": f"{api}/pulls/{number}/commits",
+                "statuses": f"{api}/statuses/6dcb09b5b57875f334f61aebed695e2e4193db5e",
+            }.items()
+        },
+        "author_association": "NONE",
+        "auto_merge": None,
+        "active_lock_reason": None,
+        "merged": merged,
+        "mergeable": None if state == "closed" else True,
+        "rebaseable": None,
+        "mergeable_state": "unknown" if state == "closed" else "clean",
+        "merged_by": reviewer if merged else None,
+        "comments": 0,
+        "review_comments": 0,
+        "maintainer_can_modify": False,
+        "commits": 1,
+        "additions": 12,
+        "deletions": 3,
+        "changed_files": 2,
+    }
+    payload: dict[str, Any] = {
+        "action": action,
+        "number": number,
+        "pull_request": pull_request,
+        "repository": repository,
+        "sender": reviewer if action == "closed" else bot,
+    }
+    if action == "edited":
+        payload["changes"] = {"title": {"from": "Steward: change module one"}}
+    if action == "synchronize":
+        payload["before"] = "9049f1265b7d61be4a8904a9a27120d2064dab3b"
+        payload["after"] = "6dcb09b5b57875f334f61aebed695e2e4193db5e"
+    if action == "labeled":
+        payload["label"] = {
+            "id": 208045946,
+            "node_id": "MDU6TGFiZWwyMDgwNDU5NDY=",
+            "url": f"{api}/labels/bug",
+            "name": "bug",
+            "color": "f29513",
+            "default": True,
+            "description": "Something isn't working",
+        }
+    if installation_id is not None:
+        payload["installation"] = {"id": installation_id, "node_id": f"MDIzOkludGVncmF0aW9u{installation_id}"}
+    return payload
+
+
+def github_installation(
+    installation_id: int = INSTALLATION_ID,
+    *,
+    account: str = "octo",
+    updated_at: datetime = T0,
+    suspended: bool = False,
+) -> dict[str, Any]:
+    api = "https://api.github.com"
+    return {
+        "id": installation_id,
+        "client_id": "Iv1.8a61f9b3a7aba766",
+        "account": github_user(account, 583300, "Organization"),
+        "repository_selection": "selected",
+        "access_tokens_url": f"{api}/app/installations/{installation_id}/access_tokens",
+        "repositories_url": f"{api}/installation/repositories",
+        "html_url": f"https://github.com/organizations/{account}/settings/installations/{installation_id}",
+        "app_id": APP_ID,
+        "app_slug": "steward-app",
+        "target_id": 583300,
+        "target_type": "Organization",
+        "permissions": {"contents": "write", "metadata": "read", "pull_requests": "write"},
+        "events": ["pull_request"],
+        "created_at": _stamp(T0 - timedelta(days=30)),
+        "updated_at": _stamp(updated_at),
+        "single_file_name": None,
+        "has_multiple_single_files": False,
+        "single_file_paths": [],
+        "suspended_by": github_user("octocat", 1) if suspended else None,
+        "suspended_at": _stamp(updated_at) if suspended else None,
+    }
+
+
+def _listed(full_name: str) -> dict[str, Any]:
+    digest = int(hashlib.sha256(full_name.encode()).hexdigest()[:6], 16)
+    return {
+        "id": digest,
+        "node_id": f"R_kgDO{digest:08d}",
+        "name": full_name.split("/")[1],
+        "full_name": full_name,
+        "private": True,
+    }
+
+
+def installation_payload(
+    action: str,
+    *,
+    installation_id: int = INSTALLATION_ID,
+    account: str = "octo",
+    at: datetime = T0,
+    repositories: tuple[str, ...] | None = None,
+    suspended: bool = False,
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "action": action,
+        "installation": github_installation(
+            installation_id, account=account, updated_at=at, suspended=suspended
+        ),
+        "sender": github_user("octocat", 1),
+    }
+    if repositories is not None:
+        payload["repositories"] = [_listed(r) for r in repositories]
+    if action == "created":
+        payload["requester"] = None
+    return payload
+
+
+def installation_repositories_payload(
+    action: str,
+    *,
+    installation_id: int = INSTALLATION_ID,
+    account: str = "octo",
+    at: datetime = T0,
+    added: tuple[str, ...] = (),
+    removed: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    return {
+        "action": action,
+        "installation": github_installation(installation_id, account=account, updated_at=at),
+        "repository_selection": "selected",
+        "repositories_added": [_listed(r) for r in added],
+        "repositories_removed": [_listed(r) for r in removed],
+        "requester": None,
+        "sender": github_user("octocat", 1),
+    }
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One signed HTTP delivery: what GitHub would POST."""
+
+    event: str
+    body: bytes
+    headers: dict[str, str]
+
+
+def signature(body: bytes, secret: str = SECRET) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def delivery(event: str, payload: Any, *, delivery_id: str | None = None, secret: str = SECRET) -> Delivery:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return Delivery(
+        event,
+        body,
+        {
+            "Content-Type": "application/json",
+            "User-Agent": "GitHub-Hookshot/a1b2c3d",
+            "X-GitHub-Event": event,
+            "X-GitHub-Delivery": delivery_id or str(uuid.uuid4()),
+            "X-GitHub-Hook-ID": "292430182",
+            "X-GitHub-Hook-Installation-Target-ID": str(APP_ID),
+            "X-GitHub-Hook-Installation-Target-Type": "integration",
+            "X-Hub-Signature-256": signature(body, secret),
+        },
+    )
+
+
+# ---- fixtures and helpers
+
+
+@dataclass
+class World:
+    """A running task of alice's in octo/demo, and her installation holding that repository."""
+
+    services: Services
+    receiver: WebhookReceiver
+    task: Task
+
+    def deliver(self, item: Delivery) -> str:
+        return self.receiver.receive(item.body, item.headers).status
+
+    def current(self) -> Task:
+        return self.services.tasks.tasks.require(self.task.id)
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.services.tasks.events.list(self.task.id, after=0, limit=100)
+
+    def watermark(self, user: str = "alice") -> int:
+        return self.services.users.loop_state(user).watermark
+
+    def item_status(self) -> str:
+        plan = self.services.plans.get(self.task.user, self.task.plan_slug)
+        return next(i.status.value for i in plan.items if i.key == self.task.item_key)
+
+
+def receiver_for(tables: Tables, secret: str | None = SECRET) -> WebhookReceiver:
+    return WebhookReceiver(
+        secret=WebhookSecret(secret),
+        deliveries=DeliveryStore(tables),
+        tasks=TaskStore(tables),
+        installations=InstallationStore(tables),
+    )
+
+
+def running_task(services: Services, *, user: str = "alice", slug: str = "hooks", repo: str = REPO) -> Task:
+    services.plans.publish(user, slug, document("Change module 1", repo=repo))
+    plan = services.plans.confirm(user, slug)
+    task, _ = spawn_item(services, plan, 1)
+    now = utcnow()
+    return services.tasks.tasks.claim(
+        task, runtime_id="runtime-1", now=now, deadline=now + timedelta(hours=1)
+    )
+
+
+def install(
+    services: Services,
+    installation_id: int = INSTALLATION_ID,
+    *,
+    owner: str = "alice",
+    repositories: tuple[str, ...] = (REPO,),
+    suspended: bool = False,
+    account: str = "octo",
+) -> None:
+    """An installation as an operator links it (the baseline webhooks then keep true)."""
+    store = InstallationStore(services.tables)
+    store.put(
+        Installation(
+            installation_id=installation_id, account=account, repositories=repositories, suspended=suspended
+        ),
+        now=utcnow(),
+    )
+    store.link(installation_id, owner, now=utcnow())
+
+
+@pytest.fixture
+def world(services: Services) -> World:
+    task = running_task(services)
+    install(services)
+    return World(services, receiver_for(services.tables), task)
+
+
+def stored(tables: Tables) -> dict[str, list[dict[str, Any]]]:
+    """Every item of the tables a delivery may touch, for before/after comparisons."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for spec in (DELIVERIES, TASKS, EVENTS, PLANS, USERS, INSTALLATIONS):
+        items = plain(tables.table(spec).scan(ConsistentRead=True)["Items"])
+        out[spec.logical_name] = sorted(items, key=lambda i: json.dumps(i, sort_keys=True, default=str))
+    return out
+
+
+@pytest.fixture
+def endpoint(services: Services, monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaHttpServer]:
+    monkeypatch.setenv("STEWARD_TABLE_PREFIX", services.tables.prefix)
+    monkeypatch.setenv("STEWARD_WEBHOOK_SECRET", SECRET)
+    monkeypatch.delenv("STEWARD_WEBHOOK_SECRET_ID", raising=False)
+    webhook_handler.service.cache_clear()
+    with LambdaHttpServer(
+        webhook_handler.lambda_handler, kind="function_url", function_name="steward-webhook"
+    ) as server:
+        yield server
+    webhook_handler.service.cache_clear()
+
+
+def post(server: LambdaHttpServer, item: Delivery, path: str = "/") -> httpx.Response:
+    return httpx.post(server.url + path, content=item.body, headers=item.headers)
+
+
+# ---- bad input: 401, 400 or ignored; nothing stored, no crash
+
+
+def _resigned(item: Delivery, **headers: str | None) -> Delivery:
+    merged = {k: v for k, v in {**item.headers, **headers}.items() if v is not None}
+    return Delivery(item.event, item.body, merged)
+
+
+def _with_body(item: Delivery, body: bytes, content_type: str = "application/json") -> Delivery:
+    return Delivery(
+        item.event,
+        body,
+        {**item.headers, "Content-Type": content_type, "X-Hub-Signature-256": signature(body)},
+    )
+
+
+def bad_inputs(task: Task) -> dict[str, tuple[Delivery, int, str]]:
+    """Case name -> (delivery, HTTP status, error code or outcome status)."""
+    opened = pull_request_payload("opened", branch=task.branch)
+    good = delivery("pull_request", opened)
+    digest = good.headers["X-Hub-Signature-256"].removeprefix("sha256=")
+    sha1 = "sha1=" + hmac.new(SECRET.encode(), good.body, hashlib.sha1).hexdigest()
+    reserialized = json.dumps(opened, indent=2, sort_keys=True).encode()
+    suffix = task.branch.removeprefix("steward/")
+    other = "0" * 24 if suffix != "0" * 24 else "1" * 24
+    form = urlencode({"payload": good.body.decode()}).encode()
+    return {
+        "missing signature": (_resigned(good, **{"X-Hub-Signature-256": None}), 401, "unauthorized"),
+        "wrong signature": (
+            _resigned(good, **{"X-Hub-Signature-256": signature(good.body, "guess")}),
+            401,
+            "unauthorized",
+        ),
+        "signature over re-serialized JSON": (
+            _resigned(good, **{"X-Hub-Signature-256": signature(reserialized)}),
+            401,
+            "unauthorized",
+        ),
+        "trailing newline added": (
+            Delivery(good.event, good.body + b"\n", good.headers),
+            401,
+            "unauthorized",
+        ),
+        "only the SHA-1 header": (
+            _resigned(good, **{"X-Hub-Signature-256": None, "X-Hub-Signature": sha1}),
+            401,
+            "unauthorized",
+        ),
+        "empty digest": (_resigned(good, **{"X-Hub-Signature-256": "sha256="}), 401, "unauthorized"),
+        "non-hex digest": (
+            _resigned(good, **{"X-Hub-Signature-256": "sha256=" + "g" * 64}),
+            401,
+            "unauthorized",
+        ),
+        "uppercase hex": (
+            _resigned(good, **{"X-Hub-Signature-256": "sha256=" + digest.upper()}),
+            401,
+            "unauthorized",
+        ),
+        "uppercase prefix": (
+            _resigned(good, **{"X-Hub-Signature-256": "SHA256=" + digest}),
+            401,
+            "unauthorized",
+        ),
+        "space after the prefix": (
+            _resigned(good, **{"X-Hub-Signature-256": "sha256= " + digest}),
+            401,
+            "unauthorized",
+        ),
+        "space inside the digest": (
+            _resigned(good, **{"X-Hub-Signature-256": f"sha256={digest[:32]} {digest[32:]}"}),
+            401,
+            "unauthorized",
+        ),
+        "sha1 under the sha256 header": (
+            _resigned(good, **{"X-Hub-Signature-256": sha1}),
+            401,
+            "unauthorized",
+        ),
+        "invalid JSON after a valid signature": (
+            _with_body(good, b'{"action": "opened",'),
+            400,
+            "bad_request",
+        ),
+        "JSON that is not an object": (_with_body(good, b'["opened"]'), 400, "bad_request"),
+        "form-encoded payload": (
+            _with_body(good, form, "application/x-www-form-urlencoded"),
+            400,
+            "bad_request",
+        ),
+        "form-encoded payload sent as JSON": (_with_body(good, form), 400, "bad_request"),
+        "payload GitHub would not send": (
+            _with_body(good, json.dumps({"action": "opened", "number": 1}).encode()),
+            400,
+            "bad_request",
+        ),
+        "missing delivery id": (_resigned(good, **{"X-GitHub-Delivery": None}), 400, "bad_request"),
+        "malformed delivery id": (_resigned(good, **{"X-GitHub-Delivery": "../../etc"}), 400, "bad_request"),
+        "missing event name": (_resigned(good, **{"X-GitHub-Event": None}), 400, "bad_request"),
+        "unknown event": (delivery("push", {"ref": "refs/heads/main", "commits": []}), 200, "ignored"),
+        "ping event": (delivery("ping", {"zen": "Design for failure.", "hook_id": 1}), 200, "ignored"),
+        "unknown pull request action": (
+            delivery("pull_request", pull_request_payload("labeled", branch=task.branch)),
+            200,
+            "ignored",
+        ),
+        "action GitHub never sends": (
+            delivery("pull_request", {**opened, "action": "exploded"}),
+            200,
+            "ignored",
+        ),
+        "unknown installation action": (
+            delivery("installation", installation_payload("transferred")),
+            200,
+            "ignored",
+        ),
+        "unknown installation": (
+            delivery("pull_request", pull_request_payload("opened", branch=task.branch, installation_id=999)),
+            200,
+            "ignored",
+        ),
+        "no installation in the payload": (
+            delivery(
+                "pull_request", pull_request_payload("opened", branch=task.branch, installation_id=None)
+            ),
+            200,
+            "ignored",
+        ),
+        "wrong suffix": (
+            delivery("pull_request", pull_request_payload("opened", branch=f"steward/{other}")),
+            200,
+            "ignored",
+        ),
+        "truncated suffix": (
+            delivery("pull_request", pull_request_payload("opened", branch=task.branch[:-1])),
+            200,
+            "ignored",
+        ),
+        "suffix with extra text": (
+            delivery("pull_request", pull_request_payload("opened", branch=task.branch + "-fix")),
+            200,
+            "ignored",
+        ),
+        "uppercase suffix": (
+            delivery("pull_request", pull_request_payload("opened", branch="steward/" + suffix.upper())),
+            200,
+            "ignored",
+        ),
+        "another prefix": (
+            delivery("pull_request", pull_request_payload("opened", branch=f"feature/{suffix}")),
+            200,
+            "ignored",
+        ),
+        "the branch of a fork": (
+            delivery(
+                "pull_request",
+                pull_request_payload(
+                    "opened", branch=task.branch, head_repo="mallory/demo", head_repo_id=666
+                ),
+            ),
+            200,
+            "ignored",
+        ),
+        "another repository of the installation": (
+            delivery(
+                "pull_request",
+                pull_request_payload("opened", branch=task.branch, repo="octo/other", repo_id=5),
+            ),
+            200,
+            "ignored",
+        ),
+    }
+
+
+def test_every_bad_input_is_refused_or_ignored_and_stores_nothing(
+    world: World,
+    endpoint: LambdaHttpServer,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    cases = bad_inputs(world.task)
+    before = stored(world.services.tables)
+    for name, (item, status, code) in cases.items():
+        response = post(endpoint, item)
+        assert response.status_code == status, name
+        assert response.headers["content-type"] == "application/json", name
+        body = response.json()
+        if status == 200:
+            assert body == {"status": code}, name
+        else:
+            assert set(body) == {"error"}, name
+            assert body["error"]["code"] == code, name
+        assert stored(world.services.tables) == before, name
+    assert world.current().status is TaskStatus.RUNNING
+    logged = caplog.text + capsys.readouterr().out
+    assert "webhook ignored" in logged
+    assert "webhook refused" in logged
+    for secret in [SECRET, *(item.headers.get("X-Hub-Signature-256", "") for item, _, _ in cases.values())]:
+        if len(secret) > 8:
+            assert secret not in logged
+            assert secret.removeprefix("sha256=") not in logged
+
+
+def test_another_tenants_repository_changes_nothing(services: Services) -> None:
+    alice = running_task(services, user="alice", slug="a")
+    bob = running_task(services, user="bob", slug="b", repo="bob/private")
+    install(services, INSTALLATION_ID, owner="alice", repositories=(REPO,))
+    install(services, 8, owner="bob", repositories=("bob/private",), account="bob")
+    world = World(services, receiver_for(services.tables), alice)
+    before = stored(services.tables)
+    attempts = {
+        # alice's installation naming bob's repository and branch
+        "alice's installation, bob's task": pull_request_payload(
+            "opened", branch=bob.branch, repo="bob/private", repo_id=88, installation_id=INSTALLATION_ID
+        ),
+        # bob's installation naming alice's repository and branch
+        "bob's installation, alice's task": pull_request_payload(
+            "closed", merged=True, branch=alice.branch, installation_id=8
+        ),
+        # bob's repository with alice's branch
+        "alice's task, bob's repository": pull_request_payload(
+            "opened", branch=alice.branch, repo="bob/private", repo_id=88, installation_id=8
+        ),
+    }
+    for name, payload in attempts.items():
+        assert world.deliver(delivery("pull_request", payload)) == "ignored", name
+        assert stored(services.tables) == before, name
+
+
+def test_a_suspended_installation_changes_nothing(services: Services) -> None:
+    task = running_task(services)
+    install(services, suspended=True)
+    world = World(services, receiver_for(services.tables), task)
+    before = stored(services.tables)
+    payload = pull_request_payload("closed", merged=True, branch=task.branch)
+    assert world.deliver(delivery("pull_request", payload)) == "ignored"
+    assert stored(services.tables) == before
+
+
+def test_an_unset_secret_refuses_everything(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = running_task(services)
+    install(services)
+    monkeypatch.setenv("STEWARD_TABLE_PREFIX", services.tables.prefix)
+    monkeypatch.delenv("STEWARD_WEBHOOK_SECRET", raising=False)
+    monkeypatch.delenv("STEWARD_WEBHOOK_SECRET_ID", raising=False)
+    webhook_handler.service.cache_clear()
+    before = stored(services.tables)
+    payload = pull_request_payload("opened", branch=task.branch)
+    try:
+        with LambdaHttpServer(webhook_handler.lambda_handler, kind="function_url") as server:
+            for secret in ("", SECRET):  # signed with the empty key, or with any key at all
+                response = post(server, delivery("pull_request", payload, secret=secret))
+                assert response.status_code == 401
+                assert response.json()["error"]["code"] == "unauthorized"
+    finally:
+        webhook_handler.service.cache_clear()
+    assert stored(services.tables) == before
+
+
+# ---- pull request lifecycle on a real task
+
+
+def test_pull_request_lifecycle_moves_the_task_to_review_then_merged(
+    world: World, endpoint: LambdaHttpServer
+) -> None:
+    task = world.task
+    assert task.status is TaskStatus.RUNNING
+    mark = world.watermark()
+
+    opened = post(endpoint, delivery("pull_request", pull_request_payload("opened", branch=task.branch)))
+    assert (opened.status_code, opened.json()) == (200, {"status": "applied"})
+    current = world.current()
+    assert current.status is TaskStatus.REVIEW
+    assert (current.pr_url, current.pr_number) == (f"https://github.com/{REPO}/pull/17", 17)
+    assert world.watermark() == mark + 1
+    assert world.item_status() == "review"
+    event = world.events()[-1]
+    assert event["type"] == "github_event"
+    assert event["data"] | {"delivery": "-"} == {
+        "status": "review",
+        "action": "opened",
+        "number": 17,
+        "url": f"https://github.com/{REPO}/pull/17",
+        "merged": False,
+        "delivery": "-",
+    }
+
+    edited = post(endpoint, delivery("pull_request", pull_request_payload("edited", branch=task.branch)))
+    assert edited.json() == {"status": "unchanged"}  # already in review: no event, no watermark
+    assert world.watermark() == mark + 1
+
+    merged = delivery("pull_request", pull_request_payload("closed", merged=True, branch=task.branch))
+    response = post(endpoint, merged, path="/webhook")
+    assert response.json() == {"status": "applied"}
+    current = world.current()
+    assert current.status is TaskStatus.MERGED
+    assert current.pr_url == f"https://github.com/{REPO}/pull/17"
+    assert world.watermark() == mark + 2
+    assert world.item_status() == "merged"
+    assert [e["type"] for e in world.events()] == ["started", "github_event", "github_event"]
+    assert world.events()[-1]["data"]["merged"] is True
+
+    # merged is final: a late reopen or a late open changes nothing
+    for action in ("reopened", "opened"):
+        late = post(endpoint, delivery("pull_request", pull_request_payload(action, branch=task.branch)))
+        assert late.json() == {"status": "unchanged"}
+    assert world.current().status is TaskStatus.MERGED
+    assert world.watermark() == mark + 2
+    assert len(world.events()) == 3
+
+
+def test_closed_then_a_late_opened_stays_closed(world: World) -> None:
+    task = world.task
+    assert (
+        world.deliver(delivery("pull_request", pull_request_payload("closed", branch=task.branch)))
+        == "applied"
+    )
+    assert world.current().status is TaskStatus.CLOSED
+    assert world.item_status() == "closed"
+    events = len(world.events())
+    late = delivery("pull_request", pull_request_payload("opened", branch=task.branch))
+    assert world.deliver(late) == "unchanged"
+    assert world.current().status is TaskStatus.CLOSED
+    assert len(world.events()) == events
+    # a merge after a close (reopened and merged) still lands
+    merged = delivery("pull_request", pull_request_payload("closed", merged=True, branch=task.branch))
+    assert world.deliver(merged) == "applied"
+    assert world.current().status is TaskStatus.MERGED
+
+
+@pytest.mark.parametrize(
+    ("action", "merged", "target"), [("opened", False, "review"), ("closed", True, "merged")]
+)
+def test_a_failed_task_moves_on_a_verified_event(
+    world: World, action: str, merged: bool, target: str
+) -> None:
+    tasks = world.services.tasks.tasks
+    failed, _ = tasks.transition(
+        world.task,
+        TaskStatus.FAILED,
+        now=utcnow(),
+        event="failed",
+        classification="final",
+        reason="stream died",
+    )
+    tasks.project_item(failed, now=utcnow())
+    mark = world.watermark()
+    payload = pull_request_payload(action, merged=merged, branch=world.task.branch)
+    assert world.deliver(delivery("pull_request", payload)) == "applied"
+    assert world.current().status.value == target
+    assert world.current().pr_number == 17
+    assert world.item_status() == target
+    assert world.watermark() == mark + 1
+
+
+def test_a_queued_task_is_not_moved(services: Services) -> None:
+    services.plans.publish("alice", "queued", document("Change module 1"))
+    plan = services.plans.confirm("alice", "queued")
+    task, _ = spawn_item(services, plan, 1)
+    install(services)
+    world = World(services, receiver_for(services.tables), task)
+    payload = pull_request_payload("opened", branch=task.branch)
+    assert world.deliver(delivery("pull_request", payload)) == "unchanged"
+    assert world.current().status is TaskStatus.QUEUED
+
+
+def test_a_duplicate_delivery_costs_one_request_and_changes_nothing(
+    world: World, endpoint: LambdaHttpServer
+) -> None:
+    item = delivery("pull_request", pull_request_payload("opened", branch=world.task.branch))
+    assert world.deliver(item) == "applied"
+    before = stored(world.services.tables)
+    with count_requests(world.services.tables) as requests:
+        assert world.deliver(item) == "duplicate"
+    assert sum(requests.values()) == 1
+    assert dict(requests) == {"PutItem": 1}
+    assert stored(world.services.tables) == before
+    response = post(endpoint, item)  # the same redelivery through the Function URL
+    assert (response.status_code, response.json()) == (200, {"status": "duplicate"})
+    assert stored(world.services.tables) == before
+
+
+def test_a_failure_while_acting_leaves_no_record_so_a_redelivery_is_processed(world: World) -> None:
+    tables = world.services.tables
+    item = delivery("pull_request", pull_request_payload("opened", branch=world.task.branch))
+    tables.client.delete_table(TableName=tables.name(EVENTS))
+    with pytest.raises(Exception, match=r"ResourceNotFound|non-existent|not found"):
+        world.deliver(item)
+    assert tables.table(DELIVERIES).scan()["Items"] == []
+    tables.create_all((EVENTS,))
+    assert world.deliver(item) == "applied"
+    assert world.current().status is TaskStatus.REVIEW
+
+
+# ---- installations
+
+
+def installation_row(tables: Tables, installation_id: int = INSTALLATION_ID) -> dict[str, Any]:
+    item = plain(tables.table(INSTALLATIONS).get_item(Key={"installation_id": installation_id})["Item"])
+    return {k: item.get(k) for k in ("owner_sub", "account", "repositories", "suspended")}
+
+
+def test_installation_events_keep_the_installations_table_true(services: Services) -> None:
+    tables = services.tables
+    task = running_task(services)
+    receiver = receiver_for(tables)
+    world = World(services, receiver, task)
+
+    def at(minutes: int) -> datetime:
+        return T0 + timedelta(minutes=minutes)
+
+    created = installation_payload("created", at=at(0), repositories=(REPO, "octo/docs"))
+    assert world.deliver(delivery("installation", created)) == "applied"
+    assert installation_row(tables) == {
+        "owner_sub": None,
+        "account": "octo",
+        "repositories": ["octo/demo", "octo/docs"],
+        "suspended": False,
+    }
+    InstallationStore(tables).link(INSTALLATION_ID, "alice", now=utcnow())  # the operator links it
+
+    added = installation_repositories_payload("added", at=at(1), added=("octo/api",))
+    assert world.deliver(delivery("installation_repositories", added)) == "applied"
+    removed = installation_repositories_payload("removed", at=at(2), removed=("octo/docs",))
+    assert world.deliver(delivery("installation_repositories", removed)) == "applied"
+    assert installation_row(tables)["repositories"] == ["octo/api", "octo/demo"]
+
+    suspend = installation_payload("suspend", at=at(3), suspended=True)
+    assert world.deliver(delivery("installation", suspend)) == "applied"
+    assert installation_row(tables)["suspended"] is True
+    opened = delivery("pull_request", pull_request_payload("opened", branch=task.branch))
+    assert world.deliver(opened) == "ignored"  # suspended: pull request events change nothing
+    assert world.current().status is TaskStatus.RUNNING
+
+    unsuspend = installation_payload("unsuspend", at=at(4))
+    assert world.deliver(delivery("installation", unsuspend)) == "applied"
+    assert installation_row(tables)["suspended"] is False
+    assert world.deliver(opened) == "applied"  # the ignored delivery left no record behind
+    assert world.current().status is TaskStatus.REVIEW
+
+    late_suspend = installation_payload("suspend", at=at(3), suspended=True, repositories=(REPO,))
+    assert world.deliver(delivery("installation", late_suspend)) == "unchanged"  # older than unsuspend
+    assert installation_row(tables)["suspended"] is False
+
+    renamed = installation_payload("new_permissions_accepted", at=at(5), account="octo-inc")
+    assert world.deliver(delivery("installation", renamed)) == "applied"
+    assert installation_row(tables)["account"] == "octo-inc"
+
+    deleted = installation_payload("deleted", at=at(6), account="octo-inc", repositories=(REPO,))
+    assert world.deliver(delivery("installation", deleted)) == "applied"
+    assert installation_row(tables) == {
+        "owner_sub": "alice",
+        "account": "octo-inc",
+        "repositories": [],
+        "suspended": True,
+    }
+    re_added = installation_repositories_payload("added", at=at(7), account="octo-inc", added=("octo/new",))
+    assert world.deliver(delivery("installation_repositories", re_added)) == "unchanged"
+    assert installation_row(tables)["repositories"] == []
+
+
+def convergence_round(services: Services, round_no: int, order: list[int]) -> dict[str, Any]:
+    """The 6 deliveries of one round in `order`; returns the final state they leave."""
+    slug = f"conv-{round_no}"
+    installation_id = 1000 + round_no
+    task = running_task(services, slug=slug)
+    install(services, installation_id, repositories=(REPO,))  # linked by an operator beforehand
+    receiver = receiver_for(services.tables)
+
+    def at(minutes: int) -> datetime:
+        return T0 + timedelta(minutes=minutes)
+
+    added = delivery(
+        "installation_repositories",
+        installation_repositories_payload(
+            "added", installation_id=installation_id, at=at(1), added=("octo/extra",)
+        ),
+    )
+    deliveries = [
+        delivery(
+            "installation",
+            installation_payload("created", installation_id=installation_id, at=at(0), repositories=(REPO,)),
+        ),
+        added,
+        delivery(
+            "pull_request",
+            pull_request_payload("opened", branch=task.branch, installation_id=installation_id),
+        ),
+        delivery(
+            "pull_request",
+            pull_request_payload("closed", merged=True, branch=task.branch, installation_id=installation_id),
+        ),
+        added,  # GitHub redelivering the same delivery (same id and body)
+        delivery(
+            "installation_repositories",
+            installation_repositories_payload(
+                "removed", installation_id=installation_id, at=at(2), removed=("octo/extra",)
+            ),
+        ),
+    ]
+    for index in order:
+        item = deliveries[index]
+        receiver.receive(item.body, item.headers)
+    final = services.tasks.tasks.require(task.id)
+    plan = services.plans.get("alice", slug)
+    ids = sorted({x.headers["X-GitHub-Delivery"] for x in deliveries})
+    name = services.tables.name(DELIVERIES)
+    found = services.tables.resource.batch_get_item(
+        RequestItems={name: {"Keys": [{"delivery_id": i} for i in ids], "ConsistentRead": True}}
+    )["Responses"][name]
+    return {
+        "task": (final.status.value, final.pr_url, final.pr_number),
+        "item": next(i.status.value for i in plan.items if i.key == task.item_key),
+        "installation": installation_row(services.tables, installation_id),
+        "deliveries": len(found),
+    }
+
+
+def test_a_hundred_orders_of_the_same_deliveries_end_in_the_same_state(services: Services) -> None:
+    rng = random.Random(5)
+    orders = [list(range(6))]
+    all_orders = list(itertools.permutations(range(6)))
+    rng.shuffle(all_orders)
+    orders += [list(o) for o in all_orders if list(o) != orders[0]][:99]
+    assert len({tuple(o) for o in orders}) == 100
+    # orders where arrival contradicts GitHub's order: removal before addition, merge before open
+    assert sum(o.index(1) > o.index(5) for o in orders) > 20
+    assert sum(o.index(2) > o.index(3) for o in orders) > 20
+    finals = [convergence_round(services, n, order) for n, order in enumerate(orders)]
+    expected = {
+        "task": ("merged", f"https://github.com/{REPO}/pull/17", 17),
+        "item": "merged",
+        "installation": {"owner_sub": "alice", "account": "octo", "repositories": [REPO], "suspended": False},
+        "deliveries": 5,
+    }
+    for order, final in zip(orders, finals, strict=True):
+        assert final == expected, order
+
+
+_REPOS = ("octo/a", "octo/b", "Octo/B", "octo/c")
+
+
+@st.composite
+def changes(draw: st.DrawFn) -> InstallationChange:
+    kind = draw(st.sampled_from(["created", "added", "removed", "suspend", "deleted"]))
+    repos = tuple(draw(st.lists(st.sampled_from(_REPOS), max_size=3)))
+    return InstallationChange(
+        installation_id=1,
+        stamp=draw(st.integers(0, 5)),  # few stamps: plenty of ties
+        account=draw(st.sampled_from(["octo", "octo-inc", None])),
+        suspended=draw(st.booleans()) if kind != "suspend" else True,
+        snapshot=repos if kind == "created" else None,
+        added=repos if kind == "added" else (),
+        removed=repos if kind == "removed" else (),
+        deleted=kind == "deleted" and draw(st.booleans()),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(changes(), min_size=1, max_size=7), st.randoms(use_true_random=False))
+def test_the_installation_merge_ignores_order_and_repetition(
+    events: list[InstallationChange], rng: random.Random
+) -> None:
+    def fold(sequence: list[InstallationChange]) -> Installation:
+        state = InstallationSync()
+        for change in sequence:
+            state = merge(state, change)
+        return state.view(1, "alice")
+
+    shuffled = [*events, rng.choice(events)]  # a redelivery, processed again
+    rng.shuffle(shuffled)
+    assert fold(shuffled) == fold(events)
+
+
+# ---- the Lambda entry point
+
+
+def _function_url_event(item: Delivery, *, base64_body: bool) -> dict[str, Any]:
+    body = base64.b64encode(item.body).decode() if base64_body else item.body.decode()
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/",
+        "rawQueryString": "",
+        "headers": {k.lower(): v for k, v in item.headers.items()},
+        "requestContext": {
+            "accountId": "anonymous",
+            "apiId": "abcdefghij",
+            "domainName": "abcdefghij.lambda-url.us-east-1.on.aws",
+            "domainPrefix": "abcdefghij",
+            "http": {
+                "method": "POST",
+                "path": "/",
+                "protocol": "HTTP/1.1",
+                "sourceIp": "140.82.115.1",
+                "userAgent": "GitHub-Hookshot/a1b2c3d",
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "01/Mar/2025:12:00:00 +0000",
+            "timeEpoch": 1740830400000,
+        },
+        "body": body,
+        "isBase64Encoded": base64_body,
+    }
+
+
+def test_the_handler_reads_a_base64_body_and_a_secret_from_secrets_manager(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret_id = boto3.client("secretsmanager", region_name="us-east-1").create_secret(
+        Name="steward/webhook-secret", SecretString=SECRET
+    )["ARN"]
+    monkeypatch.setenv("STEWARD_TABLE_PREFIX", world.services.tables.prefix)
+    monkeypatch.delenv("STEWARD_WEBHOOK_SECRET", raising=False)
+    monkeypatch.setenv("STEWARD_WEBHOOK_SECRET_ID", secret_id)
+    webhook_handler.service.cache_clear()
+    try:
+        item = delivery("pull_request", pull_request_payload("opened", branch=world.task.branch))
+        result = webhook_handler.lambda_handler(
+            _function_url_event(item, base64_body=True), LambdaContext("hook")
+        )
+        assert result["statusCode"] == 200
+        assert json.loads(result["body"]) == {"status": "applied"}
+        assert world.current().status is TaskStatus.REVIEW
+        assert "It's a Secret" not in repr(webhook_handler.service())
+        again = webhook_handler.lambda_handler(
+            _function_url_event(item, base64_body=False), LambdaContext("hook")
+        )
+        assert json.loads(again["body"]) == {"status": "duplicate"}
+    finally:
+        webhook_handler.service.cache_clear()
+
+
+def test_the_handler_answers_other_routes_with_a_json_404(endpoint: LambdaHttpServer) -> None:
+    response = httpx.get(endpoint.url + "/")
+    assert response.status_code in (404, 405)
+    assert response.json()["error"]["code"] == "not_found"
+    response = httpx.post(endpoint.url + "/elsewhere", content=b"{}")
+    assert response.status_code == 404
