@@ -38,11 +38,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote
 
 from steward.domain.errors import Unauthorized
+from steward.local.running import Running
 
 _LOG = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class _Reject(Exception):
         self.status, self.code, self.message, self.close = status, code, message, close
 
 
-class LambdaHttpServer:
+class LambdaHttpServer(Running):
     """One Lambda handler behind a loopback HTTP server; see the module docstring."""
 
     def __init__(
@@ -173,18 +173,6 @@ class LambdaHttpServer:
             server.server_close()
         if thread is not None:
             thread.join(timeout=5)
-
-    def __enter__(self) -> LambdaHttpServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def invoke(self, event: dict[str, Any]) -> Any:
         """Run the handler once with a fresh context, as one Lambda invocation."""

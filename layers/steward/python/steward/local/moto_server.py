@@ -12,11 +12,11 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from types import TracebackType
 
 from moto.server import ThreadedMotoServer
 
 from steward.local.moto_serial import install_dynamodb_lock
+from steward.local.running import Running
 
 _HOST = "127.0.0.1"
 
@@ -42,7 +42,7 @@ def wait_until_ready(url: str, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-class MotoServer:
+class MotoServer(Running):
     """Context manager around `ThreadedMotoServer`: loopback only, free port, quiet."""
 
     def __init__(self, port: int = 0) -> None:
@@ -75,18 +75,6 @@ class MotoServer:
         server, self._server, self._url = self._server, None, None
         if server is not None:
             server.stop()
-
-    def __enter__(self) -> MotoServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _check_bindable(port: int) -> None:

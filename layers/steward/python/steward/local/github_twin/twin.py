@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import jwt
@@ -42,6 +41,7 @@ from steward.local.github_twin.state import (
     iso,
 )
 from steward.local.github_twin.webhooks import Deliverer, Delivery
+from steward.local.running import Running
 
 if TYPE_CHECKING:
     from steward.local.github_twin.server import TwinHttpServer
@@ -84,7 +84,7 @@ class GitRequest:
     chunked: bool
 
 
-class GitHubTwin:
+class GitHubTwin(Running):
     """A local GitHub: REST subset, smart-HTTP git, App auth, signed webhooks, faults.
 
     Mutating methods and `url` need a started twin (the URLs in every body name its port).
@@ -167,18 +167,6 @@ class GitHubTwin:
         if thread is not None:
             thread.join(timeout=5)
         self._deliverer.stop()
-
-    def __enter__(self) -> GitHubTwin:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- seeding and acting as people ------------------------------------------------------
 
