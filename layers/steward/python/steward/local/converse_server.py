@@ -24,9 +24,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import unquote
+
+from steward.local.running import Running, base_url, serve_in_thread, shut_down
 
 _LOG = logging.getLogger(__name__)
 _MAX_BODY = 32 * 1024 * 1024
@@ -45,7 +46,7 @@ Route = Callable[[str, str, dict[str, str], bytes], Reply]
 """(method, path, lower-cased headers, raw body) -> Reply."""
 
 
-class JsonLoopbackServer:
+class JsonLoopbackServer(Running):
     """A threaded HTTP/1.1 server on 127.0.0.1 that hands every request to `route`."""
 
     def __init__(
@@ -62,8 +63,7 @@ class JsonLoopbackServer:
         """Base URL such as `http://127.0.0.1:54321`; only valid while started."""
         if self._server is None:
             raise RuntimeError(f"{self._name} server is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return base_url(self._server.server_address)
 
     def start(self) -> None:
         if self._server is not None:
@@ -71,28 +71,12 @@ class JsonLoopbackServer:
         server = _Server(self._address, _Handler)
         server.route = self._route
         self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=self._name, daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, self._name)
 
     def stop(self) -> None:
         server, thread = self._server, self._thread
         self._server = self._thread = None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        shut_down(server, thread)
 
 
 class _Server(ThreadingHTTPServer):

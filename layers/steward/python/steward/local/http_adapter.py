@@ -42,7 +42,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote
 
 from steward.domain.errors import Unauthorized
-from steward.local.running import Running
+from steward.local.running import Running, base_url, serve_in_thread, shut_down
 
 _LOG = logging.getLogger(__name__)
 
@@ -147,9 +147,7 @@ class LambdaHttpServer(Running):
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("LambdaHttpServer is not started")
-        host, port = self._server.server_address[:2]
-        host = str(host)
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return base_url(self._server.server_address)
 
     def start(self) -> None:
         if self._server is not None:
@@ -157,22 +155,12 @@ class LambdaHttpServer(Running):
         server = _Server(self._address, _RequestHandler)
         server.adapter = self
         self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},  # how long stop() waits for the loop to notice
-            name=f"lambda-http-{self.function_name}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, f"lambda-http-{self.function_name}")
 
     def stop(self) -> None:
         server, thread = self._server, self._thread
         self._server = self._thread = None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
+        shut_down(server, thread)
 
     def invoke(self, event: dict[str, Any]) -> Any:
         """Run the handler once with a fresh context, as one Lambda invocation."""

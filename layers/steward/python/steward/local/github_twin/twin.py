@@ -41,7 +41,7 @@ from steward.local.github_twin.state import (
     iso,
 )
 from steward.local.github_twin.webhooks import Deliverer, Delivery
-from steward.local.running import Running
+from steward.local.running import Running, base_url, serve_in_thread, shut_down
 
 if TYPE_CHECKING:
     from steward.local.github_twin.server import TwinHttpServer
@@ -141,9 +141,7 @@ class GitHubTwin(Running):
         """The base URL; a wildcard bind address is named by its loopback address."""
         if self._server is None:
             raise RuntimeError("the GitHub twin is not started")
-        host, port = self._server.server_address[:2]
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(str(host), str(host))  # noqa: S104
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return base_url(self._server.server_address)
 
     def start(self) -> None:
         if self._server is not None:
@@ -153,19 +151,12 @@ class GitHubTwin(Running):
         server = http.TwinHttpServer(self._address, self)
         self._server = server
         self._deliverer.start()
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="github-twin", daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, "github-twin")
 
     def stop(self) -> None:
         server, thread = self._server, self._thread
         self._server = self._thread = None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
+        shut_down(server, thread)
         self._deliverer.stop()
 
     # -- seeding and acting as people ------------------------------------------------------
