@@ -19,7 +19,7 @@ from steward.domain.errors import (
     TooLarge,
     Unauthorized,
 )
-from steward.domain.models import TaskStatus, utcnow
+from steward.domain.models import Task, TaskStatus, utcnow
 from steward.services.container import Services
 from steward.services.reaper import Reaper
 
@@ -29,6 +29,22 @@ from tests.support.relay import RelayKit, ask, build_relay
 @pytest.fixture
 def kit(services: Services) -> RelayKit:
     return build_relay(services)
+
+
+def reserve(kit: RelayKit, task: Task, rid: str, *, cost: Decimal, cap: Decimal, minutes: int) -> None:
+    """A reservation as the relay makes it, held as a call in flight would hold it."""
+    now = utcnow()
+    refused = kit.budget.reserve(
+        task_id=task.id,
+        owner=task.user,
+        model=task.model,
+        token_cap=cap,
+        cost=cost,
+        reservation_id=rid,
+        expires_at=now + timedelta(minutes=minutes),
+        now=now,
+    )
+    assert refused is None
 
 
 def test_an_admitted_call_reserves_settles_and_reports_cost(kit: RelayKit) -> None:
@@ -63,18 +79,7 @@ def test_max_tokens_is_lowered_to_what_the_budget_pays(kit: RelayKit) -> None:
 
 def test_room_held_by_calls_in_flight_is_429_and_settled_room_gone_is_402(kit: RelayKit) -> None:
     task = kit.running_task(budget="0.01")
-    now = utcnow()
-    held = kit.budget.reserve(
-        task_id=task.id,
-        owner="alice",
-        model="scripted",
-        token_cap=Decimal("0.01"),
-        cost=Decimal("0.0099"),
-        reservation_id="rheld",
-        expires_at=now + timedelta(minutes=5),
-        now=now,
-    )
-    assert held is None
+    reserve(kit, task, "rheld", cost=Decimal("0.0099"), cap=Decimal("0.01"), minutes=5)
     with pytest.raises(RetryLater) as wait:
         kit.call(task)
     assert 1 <= wait.value.retry_after <= 30
@@ -88,17 +93,7 @@ def test_room_held_by_calls_in_flight_is_429_and_settled_room_gone_is_402(kit: R
 
 def test_settlement_replayed_changes_nothing(kit: RelayKit) -> None:
     task = kit.running_task()
-    now = utcnow()
-    kit.budget.reserve(
-        task_id=task.id,
-        owner="alice",
-        model="scripted",
-        token_cap=Decimal(1),
-        cost=Decimal("0.5"),
-        reservation_id="r1",
-        expires_at=now + timedelta(minutes=5),
-        now=now,
-    )
+    reserve(kit, task, "r1", cost=Decimal("0.5"), cap=Decimal(1), minutes=5)
     first = kit.budget.settle(
         task_id=task.id, reservation_id="r1", reserved=Decimal("0.5"), actual=Decimal("0.1")
     )
@@ -124,16 +119,7 @@ def test_provider_failure_releases_and_missing_usage_charges_the_reservation(kit
 def test_expired_reservations_are_charged_in_full_by_the_reaper_once(kit: RelayKit) -> None:
     task = kit.running_task()
     now = utcnow()
-    kit.budget.reserve(
-        task_id=task.id,
-        owner="alice",
-        model="scripted",
-        token_cap=Decimal(1),
-        cost=Decimal("0.2"),
-        reservation_id="rlost",
-        expires_at=now + timedelta(minutes=1),
-        now=now,
-    )
+    reserve(kit, task, "rlost", cost=Decimal("0.2"), cap=Decimal(1), minutes=1)
     reaper = Reaper(kit.services.tasks.tasks, None, kit.budget)
     assert reaper.sweep_reservations(now) == 0  # not expired yet
     assert reaper.sweep_reservations(now + timedelta(minutes=2)) == 1
@@ -226,17 +212,7 @@ def test_the_relay_lambda_answers_429_with_retry_after_over_http(
 
     monkeypatch.setattr(relay_handler, "relay", lambda: kit.relay)
     task = kit.running_task(budget="0.01")
-    now = utcnow()
-    kit.budget.reserve(
-        task_id=task.id,
-        owner="alice",
-        model="scripted",
-        token_cap=Decimal("0.01"),
-        cost=Decimal("0.0099"),
-        reservation_id="rheld",
-        expires_at=now + timedelta(minutes=5),
-        now=now,
-    )
+    reserve(kit, task, "rheld", cost=Decimal("0.0099"), cap=Decimal("0.01"), minutes=5)
     with LambdaHttpServer(relay_handler.lambda_handler, kind="rest_api") as server:
         url = f"{server.url}/v1/relay/converse"
         held = httpx.post(url, json=ask(), headers={"Authorization": f"Bearer {kit.capability(task)}"})
