@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench install clean sandbox-tools
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,10 +14,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# Verification commands run under bubblewrap (DESIGN section 6). Without it the runner falls
+# back to a weaker sandbox mode and the sandbox tests fail, so install it where missing.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  echo "installing bubblewrap (apt-get)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
+	@command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap is required: apt-get install bubblewrap" >&2; exit 1; }
+
+demo: $(STAMP) sandbox-tools
 	$(VENV)/bin/steward demo
 
-test: $(STAMP)
+test: $(STAMP) sandbox-tools
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -23,7 +23,7 @@ from steward.domain.errors import StewardError
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     cells = [[("" if c is None else str(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
@@ -59,7 +59,7 @@ def render_plan(plan: dict[str, Any]) -> str:
         )
         for i in plan["items"]
     ]
-    return head + "\n\n" + _table(rows, ("#", "status", "item", "task"))
+    return head + "\n\n" + table(rows, ("#", "status", "item", "task"))
 
 
 def render_plans(plans: list[dict[str, Any]]) -> str:
@@ -67,7 +67,7 @@ def render_plans(plans: list[dict[str, Any]]) -> str:
     for p in plans:
         done = sum(1 for i in p["items"] if i["status"] in ("merged", "closed", "failed", "done", "removed"))
         rows.append((p["slug"], p["status"], p["repo"], f"{done}/{len(p['items'])}", p["updated_at"]))
-    return _table(rows, ("slug", "status", "repo", "finished", "updated"))
+    return table(rows, ("slug", "status", "repo", "finished", "updated"))
 
 
 def render_tasks(tasks: list[dict[str, Any]]) -> str:
@@ -75,7 +75,7 @@ def render_tasks(tasks: list[dict[str, Any]]) -> str:
         (t["id"], t["plan_slug"], t["ordinal"], t["attempt"], t["status"], t["cost_usd"], t["pr_url"] or "-")
         for t in tasks
     ]
-    return _table(rows, ("task", "plan", "#", "attempt", "status", "cost", "pr"))
+    return table(rows, ("task", "plan", "#", "attempt", "status", "cost", "pr"))
 
 
 TASK_FIELDS: tuple[str, ...] = (

@@ -11,7 +11,7 @@ The installation token reaches git only through the environment
 header: never in a URL, a config file or argv. When the caller names the remote URL the
 header is scoped to it (`http.<url>.extraHeader`), so a `url.*.insteadOf` planted in the
 clone's config cannot send the token anywhere else. Everything git prints is redacted
-(`redact`) before it is returned or put in an exception.
+(`steward.domain.redaction.redact`) before it is returned or put in an exception.
 """
 
 from __future__ import annotations
@@ -27,20 +27,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from steward.domain import redaction
 from steward.domain.errors import StewardError
 
-GIT_TIMEOUT_SECONDS = 120.0
-REDACTED = "[REDACTED]"
-BASIC_USER = "x-access-token"
+# Redaction lives in the domain: one set of rules for every artifact, event and log line.
+# `redact(text, secrets=())` and `REDACTED` stay importable from here for git's callers.
+REDACTED = redaction.REDACTED
+redact = redaction.redact
 
-# The rules of DESIGN section 10: GitHub tokens of every kind (installation tokens run to
-# ~520 characters with `_ . -`), any base64 that starts with "x-access-token:" (a Basic
-# header: 15 bytes encode to exactly these 20 characters, so the prefix is stable), and
-# credentials written into a URL.
-_TOKEN_PATTERN = re.compile(r"gh[pousr]_[A-Za-z0-9._-]{20,}")
-_BASIC_PATTERN = re.compile(r"eC1hY2Nlc3MtdG9rZW46[A-Za-z0-9+/=]*")
-_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
-_MIN_SECRET_LENGTH = 6  # shorter "secrets" would redact ordinary words
+GIT_TIMEOUT_SECONDS = 120.0
+BASIC_USER = "x-access-token"
 
 # Command-line scope beats the clone's `.git/config`, so these hold whatever the clone says.
 HARDENING: tuple[tuple[str, str], ...] = (
@@ -66,16 +62,6 @@ HARDENING: tuple[tuple[str, str], ...] = (
 )
 # Only identity variables may be added by a caller; anything else could change git's config.
 _ALLOWED_EXTRA_ENV = re.compile(r"^GIT_(AUTHOR|COMMITTER)_(NAME|EMAIL|DATE)$")
-
-
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` without credentials: the exact `secrets` given, then GitHub tokens, Basic
-    headers for x-access-token and credentials in URLs."""
-    for secret in sorted({s for s in secrets if len(s) >= _MIN_SECRET_LENGTH}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    text = _TOKEN_PATTERN.sub(REDACTED, text)
-    text = _BASIC_PATTERN.sub(REDACTED, text)
-    return _URL_CREDENTIALS.sub(rf"\g<1>{REDACTED}@", text)
 
 
 def basic_header(token: str) -> str:

@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import httpx
 from githubkit import GitHub
+from githubkit.auth import UnauthAuthStrategy
 from githubkit.auth.app import AppAuth, AppAuthStrategy
 from githubkit.cache import MemCacheStrategy
 from githubkit.exception import GitHubException, RateLimitExceeded, RequestError, RequestFailed
@@ -112,40 +113,28 @@ class _AppAuthStrategy(AppAuthStrategy):
         return _AppAuth(github, self.app_id, self.private_key, self.client_id, self.client_secret)
 
 
-class GitHubApp:
-    """A GitHub App as Steward uses it: installation tokens and pull requests."""
+class RepositoryClient:
+    """Pull-request calls and their retries, shared by the App (which mints its own
+    installation tokens) and a runtime (which holds only the token it was issued)."""
 
     def __init__(
         self,
-        app_id: int,
-        private_key_pem: bytes | str,
+        gh: GitHub[Any],
         *,
-        base_url: str | None = None,
-        max_attempts: int = 4,
-        max_retry_after: float = 60.0,
-        timeout: float = 30.0,
-        sleep: Callable[[float], None] = time.sleep,
+        base_url: str | None,
+        max_attempts: int,
+        max_retry_after: float,
+        sleep: Callable[[float], None],
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        pem = private_key_pem.decode("ascii") if isinstance(private_key_pem, bytes) else private_key_pem
-        self.app_id = app_id
         self.base_url = base_url.rstrip("/") if base_url else None
         self.max_attempts = max_attempts
         self.max_retry_after = max_retry_after
         self._sleep = sleep
         self._tokens: dict[tuple[int, str], InstallationToken] = {}
         self._lock = threading.Lock()
-        self._gh: GitHub[_AppAuthStrategy] = GitHub(
-            _AppAuthStrategy(app_id, pem),
-            base_url=self.base_url,
-            timeout=timeout,
-            auto_retry=False,  # retried here, with our bounds and without double waits
-            http_cache=False,  # pull request listings must never come from a cache
-            # Per instance: githubkit's default cache is process-wide and keys the App JWT by
-            # app id only, so two Apps with one id (twins in tests) would share a JWT.
-            cache_strategy=MemCacheStrategy(),
-        )
+        self._gh = gh
         # Keeps one httpx client (and its connections) for calls from this context; calls
         # from other threads get a client of their own for the call.
         self._gh.__enter__()  # type: ignore[no-untyped-call]  # githubkit leaves it unannotated
@@ -153,11 +142,26 @@ class GitHubApp:
     def close(self) -> None:
         self._gh.__exit__()
 
-    def __enter__(self) -> GitHubApp:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    def _fresh_token(self, installation_id: int, repo: str) -> InstallationToken:
+        raise NotImplementedError
+
+    def _api_headers(self, installation_id: int, repo: str) -> dict[str, str]:
+        """Authorization for repository calls: a cached token for (installation, repo),
+        renewed shortly before it expires."""
+        key = (installation_id, repo.lower())
+        with self._lock:
+            cached = self._tokens.get(key)
+        if cached is None or cached.expires_at - _TOKEN_REUSE_MARGIN <= datetime.now(UTC):
+            cached = self._fresh_token(installation_id, repo)
+            with self._lock:
+                self._tokens[key] = cached
+        return {"Authorization": f"token {cached.token}"}
 
     def git_url(self, repo: str) -> str:
         """The smart-HTTP URL of `repo` (no credentials): github.com, a GHES host (API at
@@ -167,38 +171,6 @@ class GitHubApp:
             return f"https://github.com/{repo}.git"
         host = self.base_url.removesuffix("/api/v3")
         return f"{host}/{repo}.git"
-
-    # ---- installation tokens
-
-    def installation_token(self, installation_id: int, repo: str) -> InstallationToken:
-        """A fresh token of installation `installation_id` for `repo` only, with exactly
-        contents:write and pull_requests:write. Refuses a token GitHub made broader."""
-        owner, name = split_repo(repo)
-        operation = f"create an installation token for {repo}"
-
-        def call() -> InstallationToken:
-            response = self._gh.rest.apps.create_installation_access_token(
-                installation_id,
-                repositories=[name],
-                permissions={"contents": "write", "pull_requests": "write"},
-            )
-            parsed = response.parsed_data
-            token = InstallationToken(parsed.token, _parse_time(parsed.expires_at), f"{owner}/{name}")
-            _check_scope(response.json(), repo, operation)
-            return token
-
-        return self._call(operation, call)
-
-    def _api_headers(self, installation_id: int, repo: str) -> dict[str, str]:
-        """Authorization for repository calls: a cached token for (installation, repo)."""
-        key = (installation_id, repo.lower())
-        with self._lock:
-            cached = self._tokens.get(key)
-        if cached is None or cached.expires_at - _TOKEN_REUSE_MARGIN <= datetime.now(UTC):
-            cached = self.installation_token(installation_id, repo)
-            with self._lock:
-                self._tokens[key] = cached
-        return {"Authorization": f"token {cached.token}"}
 
     # ---- pull requests
 
@@ -318,6 +290,91 @@ class GitHubApp:
         with self._lock:
             held = [t.token for t in self._tokens.values()]
         return redact("; ".join(p for p in parts if p), held)[:_DETAIL_LIMIT]
+
+
+class GitHubApp(RepositoryClient):
+    """A GitHub App as Steward uses it: installation tokens and pull requests."""
+
+    def __init__(
+        self,
+        app_id: int,
+        private_key_pem: bytes | str,
+        *,
+        base_url: str | None = None,
+        max_attempts: int = 4,
+        max_retry_after: float = 60.0,
+        timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        pem = private_key_pem.decode("ascii") if isinstance(private_key_pem, bytes) else private_key_pem
+        self.app_id = app_id
+        gh: GitHub[_AppAuthStrategy] = GitHub(
+            _AppAuthStrategy(app_id, pem),
+            base_url=base_url.rstrip("/") if base_url else None,
+            timeout=timeout,
+            auto_retry=False,  # retried here, with our bounds and without double waits
+            http_cache=False,  # pull request listings must never come from a cache
+            # Per instance: githubkit's default cache is process-wide and keys the App JWT by
+            # app id only, so two Apps with one id (twins in tests) would share a JWT.
+            cache_strategy=MemCacheStrategy(),
+        )
+        super().__init__(
+            gh, base_url=base_url, max_attempts=max_attempts, max_retry_after=max_retry_after, sleep=sleep
+        )
+
+    # ---- installation tokens
+
+    def installation_token(self, installation_id: int, repo: str) -> InstallationToken:
+        """A fresh token of installation `installation_id` for `repo` only, with exactly
+        contents:write and pull_requests:write. Refuses a token GitHub made broader."""
+        owner, name = split_repo(repo)
+        operation = f"create an installation token for {repo}"
+
+        def call() -> InstallationToken:
+            response = self._gh.rest.apps.create_installation_access_token(
+                installation_id,
+                repositories=[name],
+                permissions={"contents": "write", "pull_requests": "write"},
+            )
+            parsed = response.parsed_data
+            token = InstallationToken(parsed.token, _parse_time(parsed.expires_at), f"{owner}/{name}")
+            _check_scope(response.json(), repo, operation)
+            return token
+
+        return self._call(operation, call)
+
+    def _fresh_token(self, installation_id: int, repo: str) -> InstallationToken:
+        return self.installation_token(installation_id, repo)
+
+
+class InstallationClient(RepositoryClient):
+    """A runtime's GitHub: pull-request calls with the installation token it was issued
+    (`token_provider`, asked again shortly before the token expires). It holds no App key."""
+
+    def __init__(
+        self,
+        token_provider: Callable[[], InstallationToken],
+        *,
+        base_url: str | None = None,
+        max_attempts: int = 4,
+        max_retry_after: float = 60.0,
+        timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        gh: GitHub[Any] = GitHub(
+            UnauthAuthStrategy(),
+            base_url=base_url.rstrip("/") if base_url else None,
+            timeout=timeout,
+            auto_retry=False,
+            http_cache=False,
+        )
+        super().__init__(
+            gh, base_url=base_url, max_attempts=max_attempts, max_retry_after=max_retry_after, sleep=sleep
+        )
+        self._token_provider = token_provider
+
+    def _fresh_token(self, installation_id: int, repo: str) -> InstallationToken:
+        return self._token_provider()
 
 
 def _backoff(attempt: int) -> float:

@@ -170,6 +170,11 @@ class Task(BaseModel):
     model: str
     budget_usd: Decimal
     title: str
+    # What the approved plan said when the task was spawned: the runner works from this
+    # snapshot, so a later republish cannot change a running task's commands.
+    details: str = ""
+    checks: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
     pr_url: str | None = None
     pr_number: int | None = None
     cost_usd: Decimal = Decimal("0")

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from steward.domain.errors import Forbidden
 
 PRICE_TABLE_ENV = "STEWARD_PRICE_TABLE"
-SCRIPTED_POLICIES = frozenset({"echo", "tool-then-stop", "fail", "no-usage", "slow"})
+SCRIPTED_POLICIES = frozenset({"echo", "tool-then-stop", "fail", "no-usage", "slow", "playbook"})
 """Reply policies of the scripted provider; an entry naming another is refused at load time."""
 
 # Bounded so that every product in budget math stays exact in a 100-digit context.

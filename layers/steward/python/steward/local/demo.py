@@ -1,10 +1,13 @@
 """`steward demo` / `make demo`: the main job on the embedded local stack.
 
 Starts the stack, publishes the sample Task Document as alice, confirms it, and watches the
-reconciliation loop spawn one task per item, launch a local runtime for each, and finish
-the plan. Until the runner capability lands, each runtime claims its task and ends it
-`failed` / `final` / "runner not built", so the plan completes with failed items; the demo
-exits 0 when the loop carried the plan to `completed`.
+reconciliation loop spawn one task per item and launch a local runtime for each. Each
+runtime clones the twin's sample repository, lets the scripted model (`scripted-coder`,
+playing data/playbook.json) edit it through the six tools, runs the plan's check under
+bubblewrap, and publishes a pull request; the demo merges each one on the twin as a
+reviewer would, the signed webhook moves the task to merged, and the plan completes. It
+prints a progress view while it runs and a final table (item, task, branch, PR, checks,
+cost), and exits 0 only if the plan completed with every item merged.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from steward.adapters.api_client import ApiClient, Endpoint
-from steward.cli import render_plan, render_tasks
+from steward.cli import render_plan, table
+from steward.local.sample_repo import SAMPLE_REPO
 from steward.local.stack import LocalStack
 
 DEMO_SLUG = "demo"
-TIMEOUT_SECONDS = 120
+TIMEOUT_SECONDS = 240
 
 
 def sample_document() -> str:
@@ -54,6 +58,7 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
             say("\nwatching the loop (one tick a second):")
             last = ""
             deadline = time.monotonic() + timeout
+            merged: set[str] = set()
             while plan["status"] != "completed" and time.monotonic() < deadline:
                 time.sleep(0.5)
                 plan = client.request("GET", f"/v1/plans/{DEMO_SLUG}")
@@ -61,21 +66,42 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
                 if line != last:
                     say(line)
                     last = line
+                for task in client.paged("/v1/tasks", "tasks", {"plan": DEMO_SLUG}):
+                    if task["status"] == "review" and task["pr_url"] and task["id"] not in merged:
+                        merged.add(task["id"])
+                        number = int(str(task["pr_url"]).rstrip("/").rsplit("/", 1)[1])
+                        say(f"  reviewer: merging {SAMPLE_REPO}#{number} (item #{task['ordinal']})")
+                        stack.twin.merge(SAMPLE_REPO, number)
             tasks = client.paged("/v1/tasks", "tasks", {"plan": DEMO_SLUG})
+            rows = [_row(client, plan, task) for task in tasks]
             say(f"\n$ steward plan show {DEMO_SLUG}")
             say(render_plan(plan))
-            say(f"\n$ steward tasks --plan {DEMO_SLUG}")
-            say(render_tasks(tasks))
+            say("")
+            say(table(rows, ("item", "task", "status", "branch", "pr", "checks", "cost")))
             for task in tasks:
-                say(f"  {task['id']}: {task['status']} ({task['classification']}): {task['reason']}")
+                if task["status"] != "merged":
+                    say(f"  {task['id']}: {task['status']} ({task['classification']}): {task['reason']}")
         finally:
             client.close()
     if as_json:
         print(json.dumps({"plan": plan, "tasks": tasks}, indent=2))
-    ok = plan["status"] == "completed"
+    ok = plan["status"] == "completed" and all(i["status"] == "merged" for i in plan["items"])
     say(
-        "\ndemo: the loop spawned, launched and finished every item; the plan is completed"
+        "\ndemo: every item became a reviewed, merged pull request; the plan is completed"
         if ok
-        else f"\ndemo: FAILED, the plan is {plan['status']} after {timeout:.0f} s"
+        else f"\ndemo: FAILED, the plan is {plan['status']} after {timeout:.0f} s "
+        f"(runtime logs: {stack_logs(state_file)})"
     )
     return 0 if ok else 1
+
+
+def _row(client: ApiClient, plan: dict[str, Any], task: dict[str, Any]) -> tuple[Any, ...]:
+    events = client.request("GET", f"/v1/tasks/{task['id']}/events")["events"]
+    final = [e["data"] for e in events if e["type"] == "check" and e["data"].get("stage") == "final"]
+    checks = f"{sum(1 for c in final if c.get('passed'))}/{len(final)} passed" if final else "-"
+    pr = str(task["pr_url"] or "-").replace("/pull/", "#")
+    return (f"#{task['ordinal']}", task["id"], task["status"], task["branch"], pr, checks, task["cost_usd"])
+
+
+def stack_logs(state_file: Path) -> Path:
+    return state_file.parent / "runs"

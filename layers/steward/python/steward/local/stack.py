@@ -59,6 +59,13 @@ class LocalStack:
     state: dict[str, Any] = field(default_factory=dict, init=False)
 
     @property
+    def twin(self) -> GitHubTwin:
+        """The GitHub twin (the demo merges pull requests with it, as a reviewer would)."""
+        if self._twin is None:
+            raise RuntimeError("the stack is not running")
+        return self._twin
+
+    @property
     def state_dir(self) -> Path:
         return self.state_file.parent
 

@@ -8,7 +8,9 @@ The policy is the price entry's `provider_model`:
   after a toolResult, ends the turn with a text reply;
 * `fail`: raises ProviderError;
 * `no-usage`: an echo reply without usage (the relay must charge the reservation in full);
-* `slow`: sleeps `STEWARD_SCRIPTED_SLOW_SECONDS` (default 0.2 s) first, then echoes.
+* `slow`: sleeps `STEWARD_SCRIPTED_SLOW_SECONDS` (default 0.2 s) first, then echoes;
+* `playbook`: plays a coding agent from a playbook (`steward.providers.playbook`): the
+  runner's tools driven step by step, chosen by the task the conversation is about.
 
 Usage follows from the request so that budget math is exercised: input tokens are
 ceil(payload_bytes / 4) (within the relay's byte bound) and output tokens are
@@ -62,6 +64,10 @@ class ScriptedProvider:
             raise ValueError(f"slow_seconds must be within 0..{_MAX_SLOW_SECONDS:g}")
         self.policy = policy
         self.slow_seconds = slow_seconds
+        if policy == "playbook":
+            from steward.providers.playbook import Playbook  # noqa: PLC0415 - only this policy needs it
+
+            self._playbook = Playbook.load(environ or {})
 
     def converse(self, request: ConverseRequest, *, max_tokens: int) -> ProviderResult:
         check_max_tokens(max_tokens)
@@ -95,6 +101,8 @@ class ScriptedProvider:
     def _reply(self, request: ConverseRequest) -> dict[str, Any]:
         last = request.messages[-1]
         results = [block.toolResult for block in last.content if isinstance(block, ToolResultBlock)]
+        if self.policy == "playbook":
+            return self._playbook.reply(request)
         if self.policy != "tool-then-stop" or last.role != "user":
             return {"text": _echo(request)}
         if results:

@@ -1,6 +1,5 @@
-"""`python -m steward.runner`: the runtime's entry point (the placeholder until the tool loop
-lands; see `steward.runner.placeholder`)."""
+"""`python -m steward.runner`: see `steward.runner.main`."""
 
-from steward.runner.placeholder import main
+from steward.runner.main import main
 
 raise SystemExit(main())

@@ -55,8 +55,10 @@ class GitHubTokens:
         self.github = github
         self.clock = clock
 
-    def issue(self, authorization: str | None) -> dict[str, str]:
-        """{"token", "expires_at", "repository"} for the capability's running task."""
+    def issue(self, authorization: str | None) -> dict[str, object]:
+        """{"token", "expires_at", "repository", "installation_id", "api_url", "clone_url"}
+        for the capability's running task: everything the runtime needs to reach GitHub, so
+        it holds no GitHub configuration of its own (`api_url` null: api.github.com)."""
         capability = self.verify(bearer_token(authorization), now=self.clock())
         task = self.tasks.get(capability.task_id)
         if task is None:
@@ -77,4 +79,11 @@ class GitHubTokens:
                 f"no live GitHub App installation of the task's owner holds {task.repo}", field="repo"
             )
         token = self.github.installation_token(live[0].installation_id, task.repo)
-        return {"token": token.token, "expires_at": iso(token.expires_at), "repository": task.repo}
+        return {
+            "token": token.token,
+            "expires_at": iso(token.expires_at),
+            "repository": task.repo,
+            "installation_id": live[0].installation_id,
+            "api_url": self.github.base_url,
+            "clone_url": self.github.git_url(task.repo),
+        }

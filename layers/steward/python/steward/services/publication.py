@@ -41,7 +41,7 @@ from typing import Any
 
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.git import GitError, redact, run_git
-from steward.adapters.github import GitHubApp, PullRef
+from steward.adapters.github import PullRef, RepositoryClient
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import StewardError
 from steward.domain.ids import branch_name
@@ -143,7 +143,7 @@ class Publisher:
 
     def __init__(
         self,
-        github: GitHubApp,
+        github: RepositoryClient,
         tasks: TaskStore,
         artifacts: ArtifactStore | None,
         *,

@@ -47,11 +47,18 @@ def launcher_from_env() -> Launcher:
     if kind == "local":
         from steward.local.launcher import LocalLauncher  # noqa: PLC0415 - never loaded on Lambda
 
-        passed = ("STEWARD_TABLE_PREFIX", "STEWARD_ARTIFACTS_BUCKET", "STEWARD_PRICE_TABLE")
+        # The deployment's fixed settings, as a Fargate task definition would carry them.
+        passed = (
+            "STEWARD_TABLE_PREFIX",
+            "STEWARD_ARTIFACTS_BUCKET",
+            "STEWARD_STREAM_URL",
+            "STEWARD_SANDBOX_UID",
+        )
+        prefixes = ("STEWARD_RUNNER_", "STEWARD_CHECK_")
         log_dir = os.environ.get("STEWARD_RUNTIME_LOG_DIR")
         return LocalLauncher(
             _endpoints(),
-            extra_env={k: os.environ[k] for k in passed if k in os.environ},
+            extra_env={k: v for k, v in os.environ.items() if k in passed or k.startswith(prefixes)},
             log_dir=Path(log_dir) if log_dir else None,
         )
     if kind != "fargate":

@@ -1,6 +1,6 @@
-"""The local launcher running the real `python -m steward.runner` (the placeholder runtime)
-against a real moto server: claim, durable events, watermark, plan item projection, and
-process handling (one process per task, stop kills the group, no zombies)."""
+"""The local launcher's process handling (one process per task, the ticket only in the
+environment, stop kills the group, no zombies) and the runner's refusal to start without
+its variables. What a runtime does once started is tests/integration/test_runner.py."""
 
 from __future__ import annotations
 
@@ -17,14 +17,12 @@ import boto3
 import pytest
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
-from steward.adapters.ticket_store import TicketStore
 from steward.config import Settings
 from steward.domain.launch import RuntimeEndpoints
-from steward.domain.models import Classification, ItemStatus, Task, TaskStatus, utcnow
+from steward.domain.models import Task
 from steward.local.launcher import LocalLauncher
 from steward.local.moto_server import MotoServer
 from steward.services.container import Services
-from steward.services.launching import launch_task
 
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item
@@ -123,35 +121,6 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def test_the_placeholder_runtime_claims_the_task_and_fails_it_final(
-    backend: Services, launcher: LocalLauncher, task: Task, tmp_path: Path
-) -> None:
-    before = watermark(backend, "alice")
-    tickets = TicketStore(backend.tables)
-    ref = launch_task(task, launcher=launcher, tickets=tickets, tasks=backend.tasks.tasks, now=utcnow())
-    assert ref is not None
-    assert ref.startswith("local:")
-    assert launcher.wait(task.id, WAIT) == 0
-
-    done = backend.tasks.tasks.require(task.id)
-    assert done.status is TaskStatus.FAILED
-    assert done.classification is Classification.FINAL
-    assert done.reason == "runner not built"
-    assert done.launched_at is not None
-    assert done.runtime_id
-    events = events_of(backend, task)
-    assert [(e["seq"], e["type"]) for e in events] == [(1, "started"), (2, "finished")]
-    assert watermark(backend, "alice") == before + 2
-    item = backend.plans.get("alice", "demo").active_items[0]
-    assert item.task_id == task.id
-    assert item.status is ItemStatus.FAILED
-    log = (tmp_path / "logs" / f"{task.id}.log").read_text()
-    assert "claimed task" in log
-    # the process was reaped: no zombie left
-    pid = int(ref.removeprefix("local:"))
-    eventually(lambda: is_zombie_or_gone(pid) == "gone")
-
-
 def test_the_runtime_gets_the_ticket_only_through_its_environment(
     endpoints: RuntimeEndpoints, prefix: str, task: Task
 ) -> None:
@@ -177,36 +146,19 @@ def test_the_runtime_gets_the_ticket_only_through_its_environment(
 
 
 def test_launching_twice_while_the_first_runs_starts_one_process(
-    backend: Services, launcher: LocalLauncher, task: Task, tmp_path: Path
+    endpoints: RuntimeEndpoints, task: Task, tmp_path: Path
 ) -> None:
-    first = launcher.launch(task, "ticket-1")
-    second = launcher.launch(task, "ticket-2")
-    assert first == second
-    assert launcher.wait(task.id, WAIT) == 0
-    log = (tmp_path / "logs" / f"{task.id}.log").read_text()
-    assert log.count("steward.runner:") == 1
-    assert [e["type"] for e in events_of(backend, task)] == ["started", "finished"]
-
-
-def test_a_second_runtime_after_the_first_finished_changes_nothing(
-    backend: Services, launcher: LocalLauncher, task: Task, tmp_path: Path
-) -> None:
-    first = launcher.launch(task, "ticket-1")
-    assert launcher.wait(task.id, WAIT) == 0
-    finished = backend.tasks.tasks.require(task.id)
-    events = events_of(backend, task)
-    mark = watermark(backend, "alice")
-    plan = backend.plans.get("alice", "demo")
-
-    second = launcher.launch(task, "ticket-2")
-    assert second != first  # the first had exited: a new process
-    assert launcher.wait(task.id, WAIT) == 0
-    assert backend.tasks.tasks.require(task.id) == finished
-    assert events_of(backend, task) == events
-    assert watermark(backend, "alice") == mark
-    assert backend.plans.get("alice", "demo") == plan
-    log = (tmp_path / "logs" / f"{task.id}.log").read_text()
-    assert "nothing to do" in log
+    script = "import sys, time; print('started', flush=True); time.sleep(1)"
+    with LocalLauncher(endpoints, command=[sys.executable, "-c", script], log_dir=tmp_path) as launcher:
+        first = launcher.launch(task, "ticket-1")
+        second = launcher.launch(task, "ticket-2")
+        assert first == second
+        assert launcher.wait(task.id, WAIT) == 0
+        assert (tmp_path / f"{task.id}.log").read_text().count("started") == 1
+        third = launcher.launch(task, "ticket-3")  # the first exited: a new process
+        assert third != first
+        assert launcher.wait(task.id, WAIT) == 0
+        assert (tmp_path / f"{task.id}.log").read_text().count("started") == 2
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,99 @@
+"""The runtime's settings: the four variables the launcher passes (DESIGN section 6) and the
+deployment's fixed ones (table prefix, bucket, limits), all from the environment."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from steward.domain.phases import HarnessLimits
+from steward.runner.sandbox import SandboxLimits
+
+REQUIRED = ("STEWARD_TASK_ID", "STEWARD_TICKET", "STEWARD_API_URL", "STEWARD_RELAY_URL")
+# Verification runs as a uid of its own per task, so concurrent runs never share a
+# process-count budget or each other's files: 200000 + a hash of the task id.
+SANDBOX_UID_BASE = 200_000
+SANDBOX_UID_SPAN = 100_000
+
+_HARNESS_ENV = {
+    "STEWARD_RUNNER_MAX_TURNS": "max_turns",
+    "STEWARD_RUNNER_MAX_INVALID_CALLS": "max_invalid_calls",
+    "STEWARD_RUNNER_MAX_REPAIR_ROUNDS": "max_repair_rounds",
+    "STEWARD_RUNNER_MAX_SECONDS": "max_seconds",
+    "STEWARD_RUNNER_MAX_OUTPUT_TOKENS": "max_output_tokens",
+}
+_SANDBOX_ENV = {
+    "STEWARD_CHECK_WALL_SECONDS": "wall_seconds",
+    "STEWARD_CHECK_CPU_SECONDS": "cpu_seconds",
+    "STEWARD_CHECK_MEMORY_BYTES": "memory_bytes",
+    "STEWARD_CHECK_MAX_PROCESSES": "max_processes",
+}
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the variable, never its value."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    task_id: str
+    ticket: str = field(repr=False)
+    api_url: str
+    relay_url: str
+    table_prefix: str = "steward-"
+    artifacts_bucket: str = "steward-artifacts"
+    work_dir: Path | None = None  # None: a fresh temporary directory
+    keep_work: bool = False
+    sandbox_uid: int | None = None  # None: derived from the task id
+    heartbeat_seconds: float = 20.0
+    running_grace_seconds: float = 180.0
+    setup_seconds: float = 600.0
+    stream_url: str | None = None  # local stack: where live command output is posted
+    harness: HarnessLimits = field(default_factory=HarnessLimits)
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RunnerConfig:
+        missing = [name for name in REQUIRED if not env.get(name)]
+        if missing:
+            raise ConfigError(f"{', '.join(missing)} not set; the launcher provides them")
+        try:
+            harness = HarnessLimits.model_validate({k: env[n] for n, k in _HARNESS_ENV.items() if env.get(n)})
+            sandbox = SandboxLimits.model_validate({k: env[n] for n, k in _SANDBOX_ENV.items() if env.get(n)})
+        except ValueError as exc:
+            raise ConfigError(f"a STEWARD_RUNNER_* or STEWARD_CHECK_* variable is invalid: {exc}") from None
+        try:
+            heartbeat = float(env.get("STEWARD_RUNNER_HEARTBEAT_SECONDS") or cls.heartbeat_seconds)
+        except ValueError:
+            raise ConfigError("STEWARD_RUNNER_HEARTBEAT_SECONDS must be a number of seconds") from None
+        if not 0.1 <= heartbeat <= 60:
+            raise ConfigError(
+                "STEWARD_RUNNER_HEARTBEAT_SECONDS must be within 0.1..60 (DESIGN: at least every 60 s)"
+            )
+        uid = env.get("STEWARD_SANDBOX_UID", "")
+        if uid and not uid.isdigit():
+            raise ConfigError("STEWARD_SANDBOX_UID must be a number")
+        return cls(
+            task_id=env["STEWARD_TASK_ID"],
+            ticket=env["STEWARD_TICKET"],
+            api_url=env["STEWARD_API_URL"],
+            relay_url=env["STEWARD_RELAY_URL"],
+            table_prefix=env.get("STEWARD_TABLE_PREFIX") or cls.table_prefix,
+            artifacts_bucket=env.get("STEWARD_ARTIFACTS_BUCKET") or cls.artifacts_bucket,
+            work_dir=Path(env["STEWARD_WORK_DIR"]) if env.get("STEWARD_WORK_DIR") else None,
+            keep_work=env.get("STEWARD_KEEP_WORK", "") == "1",
+            sandbox_uid=int(uid) if uid else None,
+            heartbeat_seconds=heartbeat,
+            stream_url=env.get("STEWARD_STREAM_URL") or None,
+            harness=harness,
+            sandbox=sandbox,
+        )
+
+    @property
+    def uid(self) -> int:
+        if self.sandbox_uid is not None:
+            return self.sandbox_uid
+        digest = int(hashlib.sha256(self.task_id.encode()).hexdigest()[:8], 16)
+        return SANDBOX_UID_BASE + digest % SANDBOX_UID_SPAN

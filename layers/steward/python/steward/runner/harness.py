@@ -1,0 +1,392 @@
+"""The bounded tool loop: model turns through the relay, tools gated by phase (DESIGN 6).
+
+Each turn offers only the tools of the current phase (`steward.domain.phases`). A call the
+phase does not offer is answered with a recoverable error and never executed; the phase
+machine counts it. Tool output reaches the model redacted and bounded, and the conversation
+is kept under the relay's body bound by eliding the oldest tool results. The summary turn is
+a fresh, tool-free conversation about the finished change, so no phase ever sees a tool
+schema it may not use. Every turn, call, result and phase change goes to `harness.json`
+through `record`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from steward.domain.models import Task
+from steward.domain.phases import (
+    VERIFY_TOOL,
+    WRITE_TOOLS,
+    EndReason,
+    HarnessLimits,
+    Phase,
+    RunState,
+    admit,
+    after_check,
+    after_edit,
+    after_text,
+    begin_turn,
+)
+from steward.domain.redaction import Redactor
+from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, VerifyArgs
+from steward.runner.workspace import TOOL_ARGS, TOOL_DESCRIPTIONS, ToolError, Workspace
+
+ELIDED = "[an earlier tool result, elided to keep the conversation within its bound]"
+_RECORD_CHARS = 4000
+_SUMMARY_CHARS = 6000
+VERIFY_DESCRIPTION = (
+    "Run one of the plan's required checks exactly as listed (no shell, no extra arguments), "
+    "in a sandbox without network. Returns its exit code and output tail."
+)
+
+
+class Cancelled(Exception):
+    """The task was cancelled (or lost to the reaper) while the run went on."""
+
+
+class Model(Protocol):
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+
+Emit = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Outcome:
+    completed: bool
+    summary: str = ""
+    end: str = ""  # an EndReason value when not completed
+    detail: str = ""
+    turns: int = 0
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    cost_usd: str = "0"
+
+
+def tool_config(names: Sequence[str]) -> dict[str, Any] | None:
+    """The Converse toolConfig offering exactly `names`."""
+    if not names:
+        return None
+    tools = []
+    for name in names:
+        model: type[BaseModel] = VerifyArgs if name == VERIFY_TOOL else TOOL_ARGS[name]
+        description = VERIFY_DESCRIPTION if name == VERIFY_TOOL else TOOL_DESCRIPTIONS[name]
+        tools.append(
+            {
+                "toolSpec": {
+                    "name": name,
+                    "description": description,
+                    "inputSchema": {"json": model.model_json_schema()},
+                }
+            }
+        )
+    return {"tools": tools}
+
+
+def system_prompt(task: Task) -> str:
+    checks = "\n".join(f"- `{c}`" for c in task.checks)
+    return (
+        "You are Steward's coding agent. You change one git repository to complete one task, "
+        "then a person reviews your change as a pull request. You act only through the tools "
+        "offered in each turn; Steward commits, pushes and opens the pull request itself.\n\n"
+        "The run has phases. In `edit` you inspect and change files (list_files, search_text, "
+        "read_file, write_file, replace_in_file); end your turn without a tool call when the "
+        "change is complete. In `verify` you run each required check with run_verification; a "
+        "failing check returns you to `edit`. When all pass you write a short summary of the "
+        "change for the pull request.\n\n"
+        f"Required checks (all must pass):\n{checks}\n\n"
+        "Paths are relative to the repository root. `.git` is off limits. replace_in_file "
+        "needs text that occurs exactly once; read the file first."
+    )
+
+
+def task_prompt(task: Task) -> str:
+    details = f"\n\nDetails:\n{task.details}" if task.details.strip() else ""
+    return f"Task: {task.title}{details}\n\nStart by inspecting the repository."
+
+
+class Harness:
+    def __init__(
+        self,
+        task: Task,
+        workspace: Workspace,
+        sandbox: Sandbox,
+        model: Model,
+        redactor: Redactor,
+        *,
+        limits: HarnessLimits | None = None,
+        record: Callable[[dict[str, Any]], None] = lambda _: None,
+        emit: Emit = lambda _t, _d: None,
+        on_output: Callable[[bytes], None] | None = None,
+        cancel: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.task = task
+        self.workspace = workspace
+        self.sandbox = sandbox
+        self.model = model
+        self.redactor = redactor
+        self.limits = limits or HarnessLimits()
+        self.record = record
+        self.emit = emit
+        self.on_output = on_output
+        self.cancel = cancel or threading.Event()
+        self.clock = clock
+        self.required = frozenset(task.checks)
+        self.checks: list[dict[str, Any]] = []
+        self.cost = 0.0
+
+    # ---- the loop
+    def run(self) -> Outcome:
+        started = self.clock()
+        state = RunState()
+        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": task_prompt(self.task)}]}]
+        self.emit("phase", {"phase": state.phase.value, "turn": 0})
+        while not state.finished:
+            self._check_cancel()
+            if self.clock() - started > self.limits.max_seconds:
+                state = replace(state, ended=EndReason.TIME_LIMIT, note="the run used its time")
+                break
+            state = begin_turn(state, self.limits)
+            if state.ended is not None:
+                break
+            if state.phase is Phase.SUMMARY:
+                summary = self._summarize(state)
+                state = after_text(state, self.required, self.limits)
+                return self._outcome(state, completed=True, summary=summary)
+            previous = state.phase
+            reply = self._ask(state, messages)
+            blocks = _assistant_blocks(reply)
+            messages.append({"role": "assistant", "content": blocks})
+            uses = [b["toolUse"] for b in blocks if "toolUse" in b]
+            turn: dict[str, Any] = {
+                "kind": "turn",
+                "turn": state.turns,
+                "phase": state.phase.value,
+                "stop_reason": reply.get("stopReason"),
+                "cost_usd": (reply.get("steward") or {}).get("cost_usd"),
+                "text": self._bounded(" ".join(b["text"] for b in blocks if "text" in b), _RECORD_CHARS),
+                "calls": [],
+            }
+            content: list[dict[str, Any]] = []
+            if not uses:
+                state = after_text(state, self.required, self.limits)
+            for use in uses:
+                state, result = self._call(state, use, turn["calls"])
+                content.append(result)
+                if state.finished:
+                    break
+            self.record(turn)
+            if state.phase is not previous:
+                self.record({"kind": "phase", "from": previous.value, "to": state.phase.value})
+                self.emit("phase", {"phase": state.phase.value, "turn": state.turns})
+            answered = {r["toolResult"]["toolUseId"] for r in content}
+            for use in uses:  # every toolUse needs its result, even after the run ended
+                if use["toolUseId"] not in answered:
+                    content.append(_result(use["toolUseId"], "not run: the run ended", error=True))
+            if state.note:
+                content.append({"text": f"[{state.phase.value} phase] {state.note}"})
+            if not content:
+                content.append({"text": f"[{state.phase.value} phase] continue"})
+            messages.append({"role": "user", "content": content})
+        return self._outcome(state, completed=False)
+
+    def _outcome(self, state: RunState, *, completed: bool, summary: str = "") -> Outcome:
+        outcome = Outcome(
+            completed=completed,
+            summary=summary,
+            end="" if completed else (state.ended.value if state.ended else "stopped"),
+            detail=state.note,
+            turns=state.turns,
+            checks=self.checks,
+        )
+        self.record(
+            {
+                "kind": "end",
+                "completed": completed,
+                "end": outcome.end,
+                "detail": state.note,
+                "turns": state.turns,
+                "invalid_calls": state.invalid_calls,
+                "repair_rounds": state.repair_rounds,
+                "summary": self._bounded(summary, _SUMMARY_CHARS),
+            }
+        )
+        return outcome
+
+    # ---- one model turn
+    def _ask(self, state: RunState, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        self._bound(messages)
+        request: dict[str, Any] = {
+            "system": [{"text": system_prompt(self.task)}],
+            "messages": messages,
+            "inferenceConfig": {"maxTokens": self.limits.max_output_tokens},
+        }
+        config = tool_config(state.offered)
+        if config is not None:
+            request["toolConfig"] = config
+        reply = self.model(request)
+        self._check_cancel()
+        return reply
+
+    def _summarize(self, state: RunState) -> str:
+        changed = self.workspace.changed_paths()
+        checks = "\n".join(
+            f"- `{c['command']}`: {'passed' if c['passed'] else 'failed'}" for c in self.checks[-10:]
+        )
+        prompt = (
+            f"{task_prompt(self.task).split(chr(10) + chr(10) + 'Start')[0]}\n\n"
+            f"Files changed: {', '.join(changed) or 'none'}\n"
+            f"Checks:\n{checks or '- none run'}\n\n"
+            "Write the pull request description: what changed and why, in a few sentences or "
+            "bullets. Plain Markdown, no preamble."
+        )
+        request = {
+            "system": [{"text": "You summarize a finished code change for its reviewers."}],
+            "messages": [{"role": "user", "content": [{"text": prompt}]}],
+            "inferenceConfig": {"maxTokens": min(self.limits.max_output_tokens, 1024)},
+        }
+        reply = self.model(request)
+        text = " ".join(b["text"] for b in _assistant_blocks(reply) if "text" in b).strip()
+        self.record(
+            {
+                "kind": "turn",
+                "turn": state.turns,
+                "phase": Phase.SUMMARY.value,
+                "text": self._bounded(text, 4000),
+            }
+        )
+        return self._bounded(text or self.task.title, _SUMMARY_CHARS)
+
+    # ---- one tool call
+    def _call(
+        self, state: RunState, use: Mapping[str, Any], calls: list[dict[str, Any]]
+    ) -> tuple[RunState, dict[str, Any]]:
+        name, tool_id = str(use.get("name", "")), str(use.get("toolUseId", ""))
+        given = use.get("input")
+        raw: dict[str, Any] = given if isinstance(given, dict) else {}
+        entry: dict[str, Any] = {"tool": name[:64], "input": self._bounded(_compact(raw), _RECORD_CHARS)}
+        calls.append(entry)
+        state, verdict = admit(state, name, self.limits)
+        if not verdict.allowed:
+            entry |= {"allowed": False, "ok": False, "result": verdict.error}
+            return state, _result(tool_id, verdict.error, error=True)
+        entry["allowed"] = True
+        if name == VERIFY_TOOL:
+            return self._verify(state, tool_id, raw, entry)
+        try:
+            text = self.workspace.call(name, raw)
+        except ToolError as exc:
+            message = self._bounded(str(exc), self.limits.max_result_chars)
+            entry |= {"ok": False, "result": self._bounded(message, _RECORD_CHARS)}
+            return state, _result(tool_id, message, error=True)
+        if name in WRITE_TOOLS:
+            state = after_edit(state)
+        text = self._bounded(text, self.limits.max_result_chars)
+        entry |= {"ok": True, "result": self._bounded(text, _RECORD_CHARS)}
+        return state, _result(tool_id, text)
+
+    def _verify(
+        self, state: RunState, tool_id: str, raw: Mapping[str, Any], entry: dict[str, Any]
+    ) -> tuple[RunState, dict[str, Any]]:
+        try:
+            command = VerifyArgs.model_validate(raw).command
+            result = self.sandbox.run(command, on_output=self.on_output, cancel=self.cancel)
+        except (ValueError, CommandRefused) as exc:  # pydantic's ValidationError is a ValueError
+            message = self._bounded(f"run_verification refused: {exc}", 2000)
+            entry |= {"ok": False, "result": message}
+            return state, _result(tool_id, message, error=True)
+        self._check_cancel()
+        check = self.check_record(result, stage="loop")
+        listed = " ".join(result.argv)
+        canonical = next((c for c in self.required if c.strip() == command.strip()), None)
+        canonical = canonical or next((c for c in self.required if " ".join(c.split()) == listed), command)
+        state = after_check(state, canonical, result.passed, self.required, self.limits)
+        output = self.redactor.bounded(result.output, self.limits.max_result_chars - 200, tail=True)
+        text = f"{_describe(result)}\n{output}"
+        entry |= {"ok": result.passed, "result": self._bounded(text, _RECORD_CHARS), "check": check}
+        return state, _result(tool_id, text, error=not result.passed)
+
+    def check_record(self, result: CommandResult, *, stage: str) -> dict[str, Any]:
+        """Record a check run (for the pull request body, events and harness.json)."""
+        check = {
+            "command": result.command,
+            "passed": result.passed,
+            "exit_code": result.exit_code,
+            "timed_out": result.timed_out,
+            "output_truncated": result.output_truncated,
+            "duration_s": round(result.duration_s, 3),
+            "stage": stage,
+        }
+        self.checks.append(check)
+        self.emit("check", check)
+        return check
+
+    # ---- helpers
+    def _bounded(self, text: str, limit: int) -> str:
+        return self.redactor.bounded(text, limit)
+
+    def _bound(self, messages: list[dict[str, Any]]) -> None:
+        """Elide the oldest tool results until the conversation fits its byte bound."""
+        for message in messages:
+            if len(_compact(messages).encode()) <= self.limits.max_conversation_bytes:
+                return
+            for block in message["content"]:
+                result = block.get("toolResult")
+                if result and result["content"] != [{"text": ELIDED}]:
+                    result["content"] = [{"text": ELIDED}]
+
+    def _check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("the task was cancelled")
+
+
+def _assistant_blocks(reply: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The text and toolUse blocks of a Converse reply (what the relay accepts back)."""
+    message = ((reply.get("output") or {}).get("message") or {}) if isinstance(reply, Mapping) else {}
+    blocks: list[dict[str, Any]] = []
+    for block in message.get("content") or []:
+        if isinstance(block, dict) and isinstance(block.get("text"), str) and block["text"]:
+            blocks.append({"text": block["text"]})
+        elif isinstance(block, dict) and isinstance(block.get("toolUse"), dict):
+            use = block["toolUse"]
+            blocks.append(
+                {
+                    "toolUse": {
+                        "toolUseId": str(use.get("toolUseId", "")),
+                        "name": str(use.get("name", "")),
+                        "input": use.get("input") if isinstance(use.get("input"), dict) else {},
+                    }
+                }
+            )
+    return blocks or [{"text": "(no answer)"}]
+
+
+def _result(tool_id: str, text: str, *, error: bool = False) -> dict[str, Any]:
+    return {
+        "toolResult": {
+            "toolUseId": tool_id,
+            "content": [{"text": text or "(empty)"}],
+            "status": "error" if error else "success",
+        }
+    }
+
+
+def _describe(result: CommandResult) -> str:
+    if result.timed_out:
+        status = "timed out (the whole process group was killed)"
+    elif result.output_truncated:
+        status = "killed: its output exceeded the bound"
+    else:
+        status = f"exit code {result.exit_code}"
+    return f"`{result.command}`: {status} after {result.duration_s:.1f} s"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)

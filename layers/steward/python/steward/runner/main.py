@@ -1,0 +1,92 @@
+"""`python -m steward.runner`: the runtime's entry point (DESIGN section 6).
+
+It gets only STEWARD_TASK_ID, STEWARD_TICKET, STEWARD_API_URL and STEWARD_RELAY_URL from the
+launcher (locally also AWS_ENDPOINT_URL and the stack's table prefix and bucket). It
+exchanges the one-time ticket for its capability first — a second runtime for the same
+launch finds the ticket used and exits without touching anything — then claims the task
+with a conditional write (queued -> running, its runtime id recorded; a runtime that loses
+the claim exits), and runs the stages (`steward.runner.run`). It never prints a secret.
+
+Exit codes: 0 when it ran the task to an end (whatever the outcome) or had nothing to do;
+1 when the task or the control plane could not be reached; 2 when a variable is missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Mapping
+from datetime import timedelta
+
+from steward.adapters.artifact_store import ArtifactStore
+from steward.adapters.dynamo import Tables
+from steward.adapters.runtime_api import RuntimeApi, RuntimeApiError
+from steward.adapters.task_store import TaskStore
+from steward.domain.errors import LifecycleError
+from steward.domain.models import utcnow
+from steward.domain.redaction import Redactor
+from steward.runner.config import ConfigError, RunnerConfig
+from steward.runner.run import Run
+
+
+def _say(message: str) -> None:
+    print(f"steward.runner: {message}", file=sys.stderr, flush=True)
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="steward.runner: %(levelname)s %(name)s: %(message)s")
+    try:
+        config = RunnerConfig.from_env(os.environ if environ is None else environ)
+    except ConfigError as exc:
+        _say(str(exc))
+        return 2
+    redactor = Redactor([config.ticket])
+    api = RuntimeApi(config.api_url, config.relay_url)
+    try:
+        try:
+            exchanged = api.exchange(config.ticket)
+        except RuntimeApiError as exc:
+            _say(redactor.redact(str(exc)))
+            # 401: the ticket is used or expired (a duplicate runtime), 409: the task is no
+            # longer startable. Either way there is nothing for this runtime to do.
+            return 0 if exc.status in (401, 403, 409) else 1
+        redactor.add(exchanged.capability)
+        tasks = TaskStore(Tables.connect(config.table_prefix))
+        task = tasks.get(config.task_id)
+        if task is None or exchanged.task_id != config.task_id:
+            _say(f"task {config.task_id} not found")
+            return 1
+        runtime_id = "r" + uuid.uuid4().hex
+        now = utcnow()
+        try:
+            claimed = tasks.claim(
+                task,
+                runtime_id=runtime_id,
+                now=now,
+                deadline=now + timedelta(seconds=config.running_grace_seconds),
+            )
+        except LifecycleError:
+            _say(f"task {task.id} is {task.status.value} or claimed by another runtime; nothing to do")
+            return 0
+        _say(f"runtime {runtime_id} claimed task {task.id}")
+        run = Run(
+            config,
+            claimed,
+            runtime_id,
+            exchanged.capability,
+            tasks=tasks,
+            artifacts=ArtifactStore(config.artifacts_bucket),
+            api=api,
+            redactor=redactor,
+        )
+        # The launcher stops a cancelled task's runtime with SIGTERM: stop the command in the
+        # sandbox (its own session, which the signal to our group does not reach) and unwind.
+        signal.signal(signal.SIGTERM, lambda *_: run.stop())
+        ending = run.execute()
+        _say(f"task {task.id} ended: {ending}")
+        return 0
+    finally:
+        api.close()

@@ -1,0 +1,432 @@
+"""One runtime from claim to finish (DESIGN section 6): the stages and their records.
+
+    claim -> bootstrap (token, clone, sandbox probe, setup) -> tool loop -> required checks
+          -> publish -> finish
+
+The task was claimed by a conditional write before this starts; from then on a heartbeat
+thread renews `last_seen` and, once the task is no longer this runtime's (cancelled,
+reaped), sets `cancel` and kills the running command, and the run stops without writing
+its task again. Every other ending writes exactly one terminal transition: `review` with the
+pull request, or `failed` with a classification — `retryable` for infrastructure (clone,
+network, the control plane, GitHub), `final` for what another attempt would repeat (the
+model, the checks, the budget, the plan's setup). Artifacts are written before the
+transition, each redacted first; one that cannot be redacted is not written, and the
+`finished` event says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from steward.adapters.artifact_store import SCREEN_NAME, ArtifactStore
+from steward.adapters.git import GitError, run_git
+from steward.adapters.github import GitHubError, InstallationClient, InstallationToken
+from steward.adapters.runtime_api import BudgetExhausted, IssuedToken, RuntimeApi, RuntimeApiError
+from steward.adapters.task_store import TaskStore
+from steward.domain.errors import LifecycleError
+from steward.domain.models import Classification, Task, TaskStatus, utcnow
+from steward.domain.redaction import RedactionError, Redactor
+from steward.runner.config import RunnerConfig
+from steward.runner.harness import Cancelled, Harness, Outcome
+from steward.runner.sandbox import CommandRefused, Sandbox, probe_mode
+from steward.runner.screen import LiveSink, Screen
+from steward.runner.workspace import Workspace
+from steward.services.publication import Publisher, PublishError
+
+_LOG = logging.getLogger(__name__)
+
+RETRYABLE = Classification.RETRYABLE.value
+FINAL = Classification.FINAL.value
+_REASON_CHARS = 300
+PULL_REQUEST_STATUSES = frozenset({TaskStatus.REVIEW, TaskStatus.MERGED, TaskStatus.CLOSED})
+
+
+class StageFailed(Exception):
+    """A stage ended the run: `classification` and a reason safe to show (redacted)."""
+
+    def __init__(self, reason: str, classification: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.classification = classification
+
+
+@dataclass
+class Records:
+    """What the artifacts hold, built up as the run goes."""
+
+    bootstrap: dict[str, Any] = field(default_factory=lambda: {"stages": []})
+    harness: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Run:
+    def __init__(
+        self,
+        config: RunnerConfig,
+        task: Task,
+        runtime_id: str,
+        capability: str,
+        *,
+        tasks: TaskStore,
+        artifacts: ArtifactStore | None,
+        api: RuntimeApi,
+        redactor: Redactor,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.config = config
+        self.task = task
+        self.runtime_id = runtime_id
+        self.capability = capability
+        self.tasks = tasks
+        self.artifacts = artifacts
+        self.api = api
+        self.redactor = redactor
+        self.clock = clock
+        self.cancel = threading.Event()
+        self.records = Records()
+        self.live = LiveSink(config.stream_url) if config.stream_url else None
+        self.screen = Screen(redactor, self.live)
+        self.sandbox: Sandbox | None = None
+        self._events_lock = threading.Lock()
+        self._issued: IssuedToken | None = None
+        self._failed_artifacts: list[str] = []
+
+    # ---- entry
+    def execute(self) -> str:
+        """Run every stage; the task's final status as this runtime left it."""
+        work = Path(tempfile.mkdtemp(prefix="steward-run-", dir=self.config.work_dir))
+        beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+        beat.start()
+        try:
+            return self._stages(work / "repo")
+        finally:
+            self.cancel.set()  # stops the heartbeat
+            beat.join(timeout=5.0)
+            if self.live is not None:
+                self.live.close()
+            if not self.config.keep_work:
+                shutil.rmtree(work, ignore_errors=True)
+
+    def _stages(self, clone: Path) -> str:  # noqa: PLR0911 - one return per way a run ends
+        outcome: Outcome | None = None
+        try:
+            self._bootstrap(clone)
+            self.emit("phase", {"phase": "tool_loop"})
+            harness = Harness(
+                self.task,
+                Workspace(clone),
+                self._sandbox(),
+                lambda request: self.api.converse(self.capability, request),
+                self.redactor,
+                limits=self.config.harness,
+                record=self.records.harness.append,
+                emit=self.emit,
+                on_output=self.screen.write,
+                cancel=self.cancel,
+            )
+            outcome = harness.run()
+            if not outcome.completed:
+                raise StageFailed(f"the model did not finish: {outcome.end} ({outcome.detail})", FINAL)
+            self._final_checks(harness)
+            pull = self._publish(clone, outcome)
+        except Cancelled:
+            self._write_artifacts(clone, preserve=True)
+            return "cancelled"
+        except BudgetExhausted:
+            return self._fail(clone, "the task's budget is spent (relay 402)", FINAL)
+        except StageFailed as exc:
+            return self._fail(clone, exc.reason, exc.classification)
+        except RuntimeApiError as exc:
+            return self._fail(clone, str(exc), RETRYABLE if exc.retryable else FINAL)
+        except (GitError, GitHubError) as exc:
+            return self._fail(clone, f"{type(exc).__name__}: {exc}", RETRYABLE)
+        except PublishError as exc:
+            if exc.reason == "cancelled":
+                self._write_artifacts(clone, preserve=False)
+                return "cancelled"
+            return self._fail(clone, f"publication refused: {exc.message}", FINAL, preserve=False)
+        except Exception as exc:  # a runner bug: fail the task retryably rather than hang it
+            _LOG.exception("runner error")
+            return self._fail(clone, f"runner error ({type(exc).__name__})", RETRYABLE)
+        self._write_artifacts(clone, preserve=False)
+        return self._finish(
+            TaskStatus.REVIEW,
+            {
+                "outcome": "published",
+                "pr_url": pull[0],
+                "pr_number": pull[1],
+                "summary": outcome.summary[:500],
+            },
+            extra={"pr_url": pull[0], "pr_number": pull[1]},
+        )
+
+    # ---- bootstrap
+    def _bootstrap(self, clone: Path) -> None:
+        self.emit("phase", {"phase": "bootstrap"})
+        issued = self._stage("token", self._token, retryable=True)
+        self._stage(
+            "clone",
+            lambda: self._clone(issued, clone),
+            retryable=True,
+        )
+        mode, why = self._stage("sandbox", lambda: probe_mode(uid=self.config.uid), retryable=True)
+        self.records.bootstrap["sandbox"] = {"mode": mode.value, "reason": why, "uid": self.config.uid}
+        self.sandbox = Sandbox(
+            clone, self.task.checks, mode=mode, uid=self.config.uid, limits=self.config.sandbox
+        )
+        if self.task.setup:
+            setup = Sandbox(
+                clone,
+                self.task.setup,
+                mode=mode,
+                uid=self.config.uid,
+                limits=self.config.sandbox.model_copy(update={"wall_seconds": self.config.setup_seconds}),
+                network=True,
+            )
+            for number, command in enumerate(self.task.setup, start=1):
+                self.screen.note(command)
+                result = self._stage(
+                    f"setup {number}",
+                    lambda c=command: setup.run(c, on_output=self.screen.write, cancel=self.cancel),  # type: ignore[misc]
+                    retryable=False,
+                )
+                self._last_stage()["exit_code"] = result.exit_code
+                if self.cancel.is_set():
+                    raise Cancelled("cancelled during setup")
+                if not result.passed:
+                    self._last_stage()["status"] = "failed"
+                    raise StageFailed(f"setup command `{command}` failed (exit {result.exit_code})", FINAL)
+
+    def _token(self) -> IssuedToken:
+        issued = self.api.github_token(self.capability)
+        self.redactor.add(issued.token.token)
+        self._issued = issued
+        return issued
+
+    def _clone(self, issued: IssuedToken, clone: Path) -> dict[str, Any]:
+        args = ["clone", "--quiet", "--no-tags"]
+        if self.task.base:
+            args += ["--branch", self.task.base]
+        run_git(
+            [*args, "--", issued.clone_url, str(clone)],
+            cwd=clone.parent,
+            token=issued.token.token,
+            token_url=issued.clone_url,
+            secrets=self.redactor_secrets(),
+        )
+        head = run_git(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
+        branch = run_git(["rev-parse", "--abbrev-ref", "HEAD"], cwd=clone).stdout.strip()
+        self.records.bootstrap["clone"] = {"url": issued.clone_url, "base": branch, "head": head}
+        return {"base": branch, "head": head}
+
+    def _stage(self, name: str, action: Callable[[], Any], *, retryable: bool) -> Any:
+        started = time.monotonic()
+        entry: dict[str, Any] = {"stage": name, "status": "running"}
+        self.records.bootstrap["stages"].append(entry)
+        try:
+            result = action()
+        except (Cancelled, BudgetExhausted):
+            entry |= {"status": "cancelled", "duration_s": round(time.monotonic() - started, 3)}
+            raise
+        except (RuntimeApiError, GitError, CommandRefused, OSError) as exc:
+            entry |= {"status": "failed", "duration_s": round(time.monotonic() - started, 3)}
+            entry["error"] = self.redactor.bounded(str(exc), _REASON_CHARS)
+            transient = retryable and not (isinstance(exc, RuntimeApiError) and not exc.retryable)
+            raise StageFailed(
+                f"bootstrap stage {name} failed: {entry['error']}", RETRYABLE if transient else FINAL
+            ) from None
+        entry |= {"status": "ok", "duration_s": round(time.monotonic() - started, 3)}
+        return result
+
+    def _last_stage(self) -> dict[str, Any]:
+        stages: list[dict[str, Any]] = self.records.bootstrap["stages"]
+        return stages[-1]
+
+    def _sandbox(self) -> Sandbox:
+        if self.sandbox is None:
+            raise RuntimeError("the sandbox is made at bootstrap")
+        return self.sandbox
+
+    # ---- checks and publication
+    def _final_checks(self, harness: Harness) -> None:
+        """Every required check once more on the final tree: publication needs all to pass."""
+        self.emit("phase", {"phase": "checks"})
+        failed = []
+        for command in self.task.checks:
+            self.screen.note(command)
+            result = self._sandbox().run(command, on_output=self.screen.write, cancel=self.cancel)
+            if self.cancel.is_set():
+                raise Cancelled("cancelled during the checks")
+            harness.check_record(result, stage="final")
+            if not result.passed:
+                failed.append(command)
+        if failed:
+            raise StageFailed(f"required checks failed on the final tree: {', '.join(failed)}", FINAL)
+
+    def _publish(self, clone: Path, outcome: Outcome) -> tuple[str, int]:
+        self.emit("phase", {"phase": "publish"})
+        issued = self._issued or self._token()
+
+        def installation_token() -> InstallationToken:
+            return self._token().token
+
+        with InstallationClient(installation_token, base_url=issued.api_url) as github:
+            publisher = Publisher(github, self.tasks, self.artifacts, clock=self.clock)
+            finals = [c for c in outcome.checks if c["stage"] == "final"] or outcome.checks
+            result = publisher.publish(
+                self.task,
+                clone,
+                installation_id=issued.installation_id,
+                summary=outcome.summary,
+                checks=[
+                    {"command": c["command"], "exit_code": c["exit_code"], "duration_s": c["duration_s"]}
+                    for c in finals
+                ],
+                cost_usd=self._cost(),
+                token_provider=lambda: self._token().token.token,
+                on_stage=lambda name, entry: self.emit("publish", {"stage": name, "status": entry["status"]}),
+            )
+        return result.pr_url, result.pr_number
+
+    def _cost(self) -> Decimal:
+        current = self.tasks.get(self.task.id)
+        return current.cost_usd if current is not None else Decimal(0)
+
+    # ---- endings
+    def _fail(self, clone: Path, reason: str, classification: str, *, preserve: bool = True) -> str:
+        reason = self.redactor.bounded(reason, _REASON_CHARS)
+        self._write_artifacts(clone, preserve=preserve)
+        return self._finish(
+            TaskStatus.FAILED,
+            {"outcome": "failed", "classification": classification, "reason": reason},
+            classification=classification,
+            reason=reason,
+        )
+
+    def _finish(
+        self,
+        status: TaskStatus,
+        data: dict[str, Any],
+        *,
+        classification: str | None = None,
+        reason: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        if self.cancel.is_set() and not self._still_mine():
+            return "cancelled"
+        data = {"runtime_id": self.runtime_id, **data, **self._artifact_failures()}
+        try:
+            current = self.tasks.require(self.task.id)
+            if status is TaskStatus.REVIEW and current.status in PULL_REQUEST_STATUSES:
+                # The pull request's webhook was faster than this runtime: record how the run
+                # ended without moving the task again.
+                self.tasks.append_event(current, "finished", self._clean(data), now=self.clock())
+                return current.status.value
+            if current.status is not TaskStatus.RUNNING or current.runtime_id != self.runtime_id:
+                return current.status.value  # cancelled or reaped meanwhile: not ours to write
+            done, _ = self.tasks.transition(
+                current,
+                status,
+                now=self.clock(),
+                event="finished",
+                data=self._clean(data),
+                classification=classification,
+                reason=reason,
+                extra=extra,
+            )
+        except LifecycleError:
+            return "changed"
+        self.tasks.project_item(done, now=self.clock())
+        return done.status.value
+
+    def _still_mine(self) -> bool:
+        current = self.tasks.get(self.task.id)
+        return bool(
+            current and current.status is TaskStatus.RUNNING and current.runtime_id == self.runtime_id
+        )
+
+    # ---- artifacts
+    def _write_artifacts(self, clone: Path, *, preserve: bool) -> None:
+        """bootstrap.json, harness.json and the screen tail; with `preserve`, also the work
+        as diff.patch and git-status.txt (a failed run's change stays reviewable)."""
+        self._artifact(
+            "bootstrap.json", json.dumps(self.records.bootstrap, indent=2) + "\n", "application/json"
+        )
+        self._artifact("harness.json", json.dumps(self.records.harness, indent=2) + "\n", "application/json")
+        self._artifact(SCREEN_NAME, self.screen.tail(), "text/plain; charset=utf-8")
+        if preserve and (clone / ".git").is_dir():
+            try:
+                run_git(["add", "-A"], cwd=clone)
+                diff = run_git(["diff", "--cached", "--binary"], cwd=clone).stdout
+                status = run_git(["status", "--porcelain=v1", "--untracked-files=all"], cwd=clone).stdout
+            except GitError as exc:
+                self.records.bootstrap.setdefault("artifact_errors", []).append(str(exc)[:_REASON_CHARS])
+                return
+            self._artifact("diff.patch", diff, "text/plain; charset=utf-8")
+            self._artifact("git-status.txt", status, "text/plain; charset=utf-8")
+
+    def _artifact(self, name: str, text: str, content_type: str) -> None:
+        try:
+            body = self.redactor.redact(text).encode()
+        except RedactionError:
+            self._failed_artifacts.append(name)  # fail closed: nothing written
+            return
+        if self.artifacts is None:
+            return
+        try:
+            self.artifacts.put(self.task.id, name, body, content_type)
+        except Exception:  # the task's ending matters more than one upload
+            _LOG.exception("artifact upload failed", extra={"artifact": name})
+            self._failed_artifacts.append(name)
+
+    def _artifact_failures(self) -> dict[str, Any]:
+        failed = self._failed_artifacts
+        return {"artifacts_not_written": sorted(set(failed))} if failed else {}
+
+    # ---- events and liveness
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        """A durable progress event (redacted). Losing one is not worth ending the run for."""
+        try:
+            with self._events_lock:
+                self.task = self.tasks.append_event(self.task, kind, self._clean(data), now=self.clock())
+        except Exception:
+            _LOG.exception("event append failed", extra={"event": kind})
+
+    def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Redacted, and with numbers as Decimal (DynamoDB stores no floats)."""
+        cleaned: dict[str, Any] = json.loads(json.dumps(self.redactor.clean(data)), parse_float=Decimal)
+        return cleaned
+
+    def redactor_secrets(self) -> list[str]:
+        return [self.capability, self.config.ticket]
+
+    def stop(self) -> None:
+        """Stop now (a signal): the running command is killed and the stages unwind."""
+        self.cancel.set()
+        if self.sandbox is not None:
+            self.sandbox.kill()
+
+    def _heartbeat(self) -> None:
+        grace = timedelta(seconds=self.config.running_grace_seconds)
+        while not self.cancel.wait(self.config.heartbeat_seconds):
+            now = self.clock()
+            try:
+                mine = self.tasks.touch(
+                    self.task.id, runtime_id=self.runtime_id, now=now, deadline=now + grace
+                )
+            except Exception:  # a missed beat is survivable; the grace covers several
+                _LOG.exception("heartbeat failed")
+                continue
+            if not mine:
+                self.stop()
+                return

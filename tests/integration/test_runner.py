@@ -1,0 +1,348 @@
+"""Full runner runs through the local stack: the loop launches `python -m steward.runner` as a
+subprocess, which exchanges its ticket, claims its task, clones the twin's repository with a
+scoped token, lets the scripted model (a playbook written here) drive the six tools, runs the
+plan's check under bubblewrap and publishes through the governed publisher.
+
+Each test publishes its own plan; the playbook picks the play from the item's text."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
+from steward.local.sample_repo import SAMPLE_REPO
+from steward.local.stack import LocalStack
+
+CHECK = "python -m pytest -q"
+WAIT = 120.0
+VERIFY = {"tool": "run_verification", "input": {"command": CHECK}}
+SUBTRACT = {
+    "tool": "replace_in_file",
+    "input": {
+        "path": "calculator.py",
+        "old": "    return a + b\n",
+        "new": "    return a + b\n\n\ndef subtract(a: float, b: float) -> float:\n    return a - b\n",
+    },
+}
+BROKEN_TEST = {
+    "tool": "write_file",
+    "input": {
+        "path": "test_subtract.py",
+        "content": "from calculator import subtract\n\n\ndef test_subtract() -> None:\n    assert subtract(5, 3) == 3\n",
+    },
+}
+FIXED_TEST = {
+    "tool": "replace_in_file",
+    "input": {"path": "test_subtract.py", "old": "== 3", "new": "== 2"},
+}
+DONE = {"text": "The change is complete."}
+PLAYS = [
+    {"match": "PLAY-success", "summary": "Adds subtract.", "steps": [SUBTRACT, DONE, VERIFY]},
+    {
+        "match": "PLAY-repaired",
+        "summary": "Adds subtract, test repaired.",
+        "steps": [SUBTRACT, BROKEN_TEST, DONE, VERIFY, FIXED_TEST, DONE, VERIFY],
+    },
+    {"match": "PLAY-never", "steps": [SUBTRACT, BROKEN_TEST, DONE, VERIFY, DONE], "loop_from": 3},
+    {
+        "match": "PLAY-hallucinated-once",
+        "summary": "Adds subtract despite a wrong turn.",
+        "steps": [
+            {"tool": "delete_repository", "input": {}},
+            VERIFY,  # not offered while editing
+            SUBTRACT,
+            DONE,
+            {"tool": "write_file", "input": {"path": "x.py", "content": ""}},  # not offered in verify
+            VERIFY,
+        ],
+    },
+    {"match": "PLAY-hallucinating", "steps": [{"tool": "delete_repository", "input": {}}], "loop_from": 0},
+    {
+        "match": "PLAY-spender",
+        "steps": [SUBTRACT, {"tool": "read_file", "input": {"path": "calculator.py"}}],
+        "loop_from": 1,
+    },
+    {
+        "match": "PLAY-slow-check",
+        "steps": [
+            {
+                "tool": "write_file",
+                "input": {
+                    "path": "test_slow.py",
+                    "content": "import time\n\n\ndef test_slow() -> None:\n    time.sleep(120)\n",
+                },
+            },
+            DONE,
+            VERIFY,
+        ],
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    root = tmp_path_factory.mktemp("runner-stack")
+    playbook = root / "playbook.json"
+    playbook.write_text(json.dumps({"plays": PLAYS}))
+    overrides = {
+        "STEWARD_SCRIPTED_PLAYBOOK": str(playbook),
+        "STEWARD_RUNNER_HEARTBEAT_SECONDS": "1",
+        "STEWARD_RUNNER_MAX_REPAIR_ROUNDS": "1",
+        "STEWARD_RUNNER_MAX_INVALID_CALLS": "4",
+        "STEWARD_CHECK_WALL_SECONDS": "60",
+    }
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    try:
+        with LocalStack(state_file=root / "local.json", tick_seconds=1, reaper_seconds=2) as stack:
+            yield stack
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(autouse=True)
+def _stack_env(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stack's handlers read their endpoint from the environment when they first run (a
+    # cold start), which may be during any test: keep it pointing at the stack's moto server.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", stack.state["aws_endpoint_url"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+
+
+class Alice:
+    def __init__(self, stack: LocalStack) -> None:
+        self.http = httpx.Client(
+            base_url=stack.state["api_url"],
+            headers={"Authorization": f"Bearer {stack.state['users']['alice']}"},
+            timeout=30,
+        )
+
+    def __call__(self, method: str, path: str, body: Any = None) -> Any:
+        response = self.http.request(method, path, json=body)
+        assert response.status_code < 400, response.text
+        return response.json()
+
+
+@pytest.fixture(scope="module")
+def alice(stack: LocalStack) -> Alice:
+    client = Alice(stack)
+    client("PUT", "/v1/loop", {"interval_seconds": 1})  # as the demo does: a tick a second
+    return client
+
+
+@pytest.fixture(scope="module")
+def artifacts(stack: LocalStack) -> ArtifactStore:
+    client = boto3.client(
+        "s3", endpoint_url=stack.state["aws_endpoint_url"], region_name=stack.state["region"]
+    )
+    return ArtifactStore("steward-artifacts", client=client)
+
+
+def plan(slug: str, *items: str, budget: str = "0.50", model: str = "scripted-coder") -> str:
+    boxes = "\n".join(f"- [ ] {item}" for item in items)
+    return (
+        f"---\nrepo: {SAMPLE_REPO}\nbase: main\nmodel: {model}\nbudget_usd: {budget}\n"
+        f"checks:\n  - {CHECK}\nmax_attempts: 1\n---\n# {slug}\n\n{boxes}\n"
+    )
+
+
+def start(alice: Alice, slug: str, *items: str, **kwargs: str) -> list[str]:
+    published = alice("PUT", f"/v1/plans/{slug}", {"markdown": plan(slug, *items, **kwargs)})
+    alice("POST", f"/v1/plans/{slug}/confirm", {"content_hash": published["content_hash"]})
+    eventually(lambda: all(i["task_id"] for i in alice("GET", f"/v1/plans/{slug}")["items"]))
+    return [str(i["task_id"]) for i in alice("GET", f"/v1/plans/{slug}")["items"]]
+
+
+def eventually(check: Callable[[], bool], timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.25)
+
+
+def settled(alice: Alice, task_id: str) -> dict[str, Any]:
+    """The task once its runtime recorded how it ended (the pull request's webhook may move
+    the task to review a moment before)."""
+    eventually(lambda: "finished" in [e["type"] for e in events(alice, task_id)])
+    task: dict[str, Any] = alice("GET", f"/v1/tasks/{task_id}")
+    return task
+
+
+def events(alice: Alice, task_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = alice("GET", f"/v1/tasks/{task_id}/events")["events"]
+    return found
+
+
+def harness(artifacts: ArtifactStore, task_id: str) -> list[dict[str, Any]]:
+    text = artifacts.read_text(task_id, "harness.json")
+    assert text is not None
+    entries: list[dict[str, Any]] = json.loads(text)
+    return entries
+
+
+def calls(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [call for entry in entries if entry["kind"] == "turn" for call in entry.get("calls", [])]
+
+
+CREDENTIAL = re.compile(r"gh[pousr]_[A-Za-z0-9._-]{20,}|eyJ[A-Za-z0-9_-]{8,}\.|eC1hY2Nlc3MtdG9rZW46")
+
+
+def assert_no_credentials(artifacts: ArtifactStore, task_id: str) -> None:
+    for name in (*ARTIFACT_NAMES, SCREEN_NAME):
+        text = artifacts.read_text(task_id, name) or ""
+        assert not CREDENTIAL.search(text), f"{name} holds a credential"
+
+
+def test_a_run_publishes_a_pull_request_with_every_artifact(
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore
+) -> None:
+    (task_id,) = start(alice, "run-success", "PLAY-success: add subtract")
+    task = settled(alice, task_id)
+    assert task["status"] == "review", task["reason"]
+    assert task["pr_url"]
+    number = int(task["pr_url"].rsplit("/", 1)[1])
+    pull = stack.twin.pull(SAMPLE_REPO, number)
+    assert pull["head"]["ref"] == task["branch"] == "steward/" + task_id[1:]
+    assert "Adds subtract." in pull["body"]
+    kinds = [e["type"] for e in events(alice, task_id)]
+    assert kinds[0] == "started"
+    assert kinds.count("finished") == 1
+    assert "check" in kinds
+    phases = [e["data"]["phase"] for e in events(alice, task_id) if e["type"] == "phase"]
+    assert phases[:3] == ["bootstrap", "tool_loop", "edit"]
+    assert {"verify", "summary", "checks", "publish"} <= set(phases)
+    for name in (*ARTIFACT_NAMES, SCREEN_NAME):
+        assert artifacts.exists(task_id, name), name
+    bootstrap = json.loads(artifacts.read_text(task_id, "bootstrap.json") or "{}")
+    assert bootstrap["sandbox"]["mode"] == "bwrap"
+    assert [s["stage"] for s in bootstrap["stages"]] == ["token", "clone", "sandbox"]
+    assert all(s["status"] == "ok" and "duration_s" in s for s in bootstrap["stages"])
+    assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
+    assert "passed" in (artifacts.read_text(task_id, SCREEN_NAME) or "")
+    assert_no_credentials(artifacts, task_id)
+
+
+def test_a_failing_check_is_repaired_in_a_repair_round(alice: Alice, artifacts: ArtifactStore) -> None:
+    (task_id,) = start(alice, "run-repaired", "PLAY-repaired: add subtract")
+    task = settled(alice, task_id)
+    assert task["status"] == "review", task["reason"]
+    checks = [e["data"] for e in events(alice, task_id) if e["type"] == "check"]
+    assert [(c["stage"], c["passed"]) for c in checks] == [("loop", False), ("loop", True), ("final", True)]
+    diff = artifacts.read_text(task_id, "diff.patch") or ""
+    assert "== 2" in diff
+    assert "== 3" not in diff
+
+
+def test_a_check_that_never_passes_fails_the_task_final_and_keeps_the_work(
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore
+) -> None:
+    (task_id,) = start(alice, "run-never", "PLAY-never: add subtract")
+    task = settled(alice, task_id)
+    assert (task["status"], task["classification"]) == ("failed", "final")
+    assert "checks_failed" in task["reason"]
+    assert task["pr_url"] is None
+    assert all(p["head"]["ref"] != task["branch"] for p in stack.twin.pulls(SAMPLE_REPO))
+    assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
+    assert "test_subtract.py" in (artifacts.read_text(task_id, "git-status.txt") or "")
+    (finished,) = [e for e in events(alice, task_id) if e["type"] == "finished"]
+    assert finished["data"]["classification"] == "final"
+    assert_no_credentials(artifacts, task_id)
+
+
+def test_calls_to_tools_not_offered_are_refused_never_run_and_the_run_recovers(
+    alice: Alice, artifacts: ArtifactStore
+) -> None:
+    (task_id,) = start(alice, "run-hallucinated", "PLAY-hallucinated-once: add subtract")
+    task = settled(alice, task_id)
+    assert task["status"] == "review", task["reason"]
+    refused = [c for c in calls(harness(artifacts, task_id)) if not c["allowed"]]
+    assert [c["tool"] for c in refused] == ["delete_repository", "run_verification", "write_file"]
+    assert "no tool named" in refused[0]["result"]
+    assert "not offered in the edit phase" in refused[1]["result"]
+    assert "not offered in the verify phase" in refused[2]["result"]
+    assert "x.py" not in (artifacts.read_text(task_id, "git-status.txt") or "")
+
+
+def test_repeated_invalid_calls_end_the_run_with_the_reason(alice: Alice, artifacts: ArtifactStore) -> None:
+    (task_id,) = start(alice, "run-hallucinating", "PLAY-hallucinating: do anything")
+    task = settled(alice, task_id)
+    assert (task["status"], task["classification"]) == ("failed", "final")
+    assert "invalid_calls" in task["reason"]
+    end = harness(artifacts, task_id)[-1]
+    assert (end["kind"], end["end"]) == ("end", "invalid_calls")
+
+
+def test_a_spent_budget_ends_the_run_as_a_budget_failure_with_the_work_kept(
+    alice: Alice, artifacts: ArtifactStore
+) -> None:
+    (task_id,) = start(alice, "run-spender", "PLAY-spender: add subtract", budget="0.02")
+    task = settled(alice, task_id)
+    assert (task["status"], task["classification"]) == ("failed", "final")
+    assert "budget" in task["reason"]
+    assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
+    assert float(task["cost_usd"]) <= 0.02
+
+
+def test_cancelling_stops_the_runtime_and_its_check_promptly(stack: LocalStack, alice: Alice) -> None:
+    (task_id,) = start(alice, "run-cancel", "PLAY-slow-check: wait")
+    eventually(
+        lambda: any(e["type"] == "phase" and e["data"]["phase"] == "verify" for e in events(alice, task_id))
+    )
+    time.sleep(1.0)  # the slow test is running under the sandbox now
+    alice("POST", f"/v1/tasks/{task_id}/cancel")
+    log = stack.state_dir / "runs" / f"{task_id}.log"
+    eventually(lambda: "ended: cancelled" in log.read_text(), timeout=30)
+    assert alice("GET", f"/v1/tasks/{task_id}")["status"] == "cancelled"
+    done = subprocess.run(["pgrep", "-f", "test_slow"], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == ""
+
+
+def test_a_runtime_with_an_unknown_or_used_ticket_exits_without_side_effects(
+    stack: LocalStack, alice: Alice
+) -> None:
+    (task_id,) = start(alice, "run-duplicate", "PLAY-success: add subtract")
+    settled(alice, task_id)
+
+    def quiet() -> bool:  # the pull request's webhook may still be on its way
+        first = events(alice, task_id)
+        time.sleep(1.5)
+        return events(alice, task_id) == first
+
+    eventually(quiet)
+    before = alice("GET", f"/v1/tasks/{task_id}")
+    seen = events(alice, task_id)
+    env = {
+        "PATH": os.environ["PATH"],
+        "STEWARD_TASK_ID": task_id,
+        "STEWARD_TICKET": "used-or-unknown-ticket-value",
+        "STEWARD_API_URL": stack.state["api_url"],
+        "STEWARD_RELAY_URL": stack.state["relay_url"],
+        "AWS_ENDPOINT_URL": stack.state["aws_endpoint_url"],
+        "AWS_DEFAULT_REGION": stack.state["region"],
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "steward.runner"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "used-or-unknown-ticket-value" not in done.stderr
+    assert alice("GET", f"/v1/tasks/{task_id}") == before
+    assert events(alice, task_id) == seen
