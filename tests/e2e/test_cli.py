@@ -250,6 +250,6 @@ def test_sigterm_stops_everything_and_removes_the_state_file(
 def test_demo_runs_to_completion(tmp_path: Path) -> None:
     result = run(tmp_path / "demo.json", "demo")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "the plan is completed" in result.stdout
-    assert "runner not built" in result.stdout
+    assert "every item became a reviewed, merged pull request; the plan is completed" in result.stdout
+    assert result.stdout.count("1/1 passed") == 3  # each item's required check, on its final tree
     assert not (tmp_path / "demo.json").exists()

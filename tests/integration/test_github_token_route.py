@@ -115,8 +115,11 @@ def test_a_running_task_gets_a_token_for_its_repository_only(kit: Kit) -> None:
     before = datetime.now(UTC)
     answer = kit.tokens.issue(f"Bearer {kit.capability(task)}")
 
-    assert set(answer) == {"token", "expires_at", "repository"}
+    assert set(answer) == {"token", "expires_at", "repository", "installation_id", "api_url", "clone_url"}
     assert answer["repository"] == REPO
+    assert answer["installation_id"] == kit.installation
+    assert answer["api_url"] == kit.twin.url
+    assert answer["clone_url"] == f"{kit.twin.url}/{REPO}.git"
     expires = datetime.fromisoformat(answer["expires_at"].replace("Z", "+00:00"))
     assert before + timedelta(minutes=58) < expires <= before + timedelta(minutes=61)
     assert answer["expires_at"].endswith("Z")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -105,6 +106,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     os.environ.update(overrides)
     try:
         with LocalStack(state_file=root / "local.json", tick_seconds=1, reaper_seconds=2) as stack:
+            RUNTIME_LOGS.append(stack.state_dir / "runs")
             yield stack
     finally:
         for key, value in saved.items():
@@ -167,11 +169,19 @@ def start(alice: Alice, slug: str, *items: str, **kwargs: str) -> list[str]:
     return [str(i["task_id"]) for i in alice("GET", f"/v1/plans/{slug}")["items"]]
 
 
+RUNTIME_LOGS: list[Path] = []  # the stack's runtime log directory, for failure messages
+
+
 def eventually(check: Callable[[], bool], timeout: float = WAIT) -> None:
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
+        assert time.monotonic() < deadline, f"condition not reached in time; runtime logs:\n{_logs()}"
         time.sleep(0.25)
+
+
+def _logs() -> str:
+    logs = sorted((p for d in RUNTIME_LOGS for p in d.glob("*.log")), key=lambda p: p.stat().st_mtime)
+    return "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in logs[-3:])
 
 
 def settled(alice: Alice, task_id: str) -> dict[str, Any]:
@@ -234,6 +244,25 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
     assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
     assert "passed" in (artifacts.read_text(task_id, SCREEN_NAME) or "")
     assert_no_credentials(artifacts, task_id)
+
+
+def test_command_output_is_live_for_the_owner_and_never_durable(stack: LocalStack, alice: Alice) -> None:
+    (task_id,) = start(alice, "run-stream", "PLAY-success: add subtract")
+    settled(alice, task_id)
+    url = f"{stack.state['stream_url']}/v1/tasks/{task_id}/stream"
+    owner = {"Authorization": f"Bearer {stack.state['users']['alice']}"}
+    with httpx.stream("GET", url, headers=owner, timeout=30) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "text/event-stream"
+        body = "".join(response.iter_text())
+    assert "event: output" in body
+    assert "passed in" in body  # pytest's own summary line, as the check printed it
+    assert body.rstrip().endswith("event: end\ndata:")
+    assert not CREDENTIAL.search(body)
+    assert "passed in" not in json.dumps(events(alice, task_id))
+    bob = {"Authorization": f"Bearer {stack.state['users']['bob']}"}
+    assert httpx.get(url, headers=bob, timeout=30).status_code == 404
+    assert httpx.get(url, timeout=30).status_code == 401
 
 
 def test_a_failing_check_is_repaired_in_a_repair_round(alice: Alice, artifacts: ArtifactStore) -> None:

@@ -77,7 +77,8 @@ def test_packaged_table_has_the_models_the_relay_and_demo_use() -> None:
     )
     assert ollama.provider_model_for("ollama/llama3.2") == "llama3.2"
     policies = {table.entry(m).provider_model for m in table.models if table.entry(m).provider == "scripted"}
-    assert policies == {"echo", "tool-then-stop", "fail", "no-usage", "slow"}
+    assert policies == {"echo", "tool-then-stop", "fail", "no-usage", "slow", "playbook"}
+    assert table.entry("scripted-coder").provider_model == "playbook"  # the demo's model
 
 
 def test_unknown_model_is_a_403_naming_the_model() -> None:

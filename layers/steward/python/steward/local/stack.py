@@ -18,8 +18,10 @@ from typing import Any
 
 import boto3
 
+from steward.adapters.capability_signer import CapabilityVerifier
 from steward.adapters.dynamo import Tables
 from steward.adapters.installation_store import InstallationStore
+from steward.adapters.task_store import TaskStore
 from steward.config import Settings
 from steward.domain.installations import Installation
 from steward.domain.models import utcnow
@@ -30,6 +32,7 @@ from steward.local.http_adapter import LambdaHttpServer
 from steward.local.moto_server import MotoServer
 from steward.local.sample_repo import FILES as SAMPLE_FILES
 from steward.local.sample_repo import SAMPLE_REPO
+from steward.local.stream_hub import StreamHub
 from steward.queues import HEARTBEAT
 
 DEV_USERS = ("alice", "bob")
@@ -52,6 +55,7 @@ class LocalStack:
     _moto: MotoServer | None = field(default=None, init=False)
     _api: LambdaHttpServer | None = field(default=None, init=False)
     _relay: LambdaHttpServer | None = field(default=None, init=False)
+    _hub: StreamHub | None = field(default=None, init=False)
     _webhook: LambdaHttpServer | None = field(default=None, init=False)
     _twin: GitHubTwin | None = field(default=None, init=False)
     _sources: list[Schedule | SqsSource] = field(default_factory=list, init=False)
@@ -105,10 +109,12 @@ class LocalStack:
 
         issuer = DevIssuer.load_or_create(self.state_dir / "dev-jwt-key.pem")
         api_url, relay_url = self._start_http(issuer)
+        stream_url = self._start_stream_hub(issuer, settings.table_prefix, key_id)
         self._start_loop(settings.table_prefix, api_url, relay_url)
         self.state = {
             "api_url": api_url,
             "relay_url": relay_url,
+            "stream_url": stream_url,
             "aws_endpoint_url": self._moto.url,
             "region": LOCAL_REGION,
             "table_prefix": settings.table_prefix,
@@ -209,6 +215,21 @@ class LocalStack:
         self._relay.start()
         return self._api.url, self._relay.url
 
+    def _start_stream_hub(self, issuer: DevIssuer, prefix: str, key_id: str) -> str:
+        """The live terminal view: runtimes post output with their capability, owners watch
+        `GET <stream_url>/v1/tasks/{id}/stream` as Server-Sent Events."""
+        verifier = CapabilityVerifier.from_kms(boto3.client("kms", region_name=LOCAL_REGION), [key_id])
+        tasks = TaskStore(Tables.connect(prefix, region_name=LOCAL_REGION))
+
+        def owner(task_id: str) -> str | None:
+            task = tasks.get(task_id)
+            return task.user if task is not None else None
+
+        self._hub = StreamHub(verifier.verify, issuer.verify, owner, host=self.host)
+        self._hub.start()
+        self._set_env({"STEWARD_STREAM_URL": f"{self._hub.url}/v1/runtime/stream"})
+        return self._hub.url
+
     def _start_loop(self, prefix: str, api_url: str, relay_url: str) -> None:
         """The loop as in AWS: a scheduler rate, the heartbeat fed by the SQS FIFO queue,
         the reaper rate, and runtimes started as local subprocesses."""
@@ -237,6 +258,9 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every part this stack started; remove the state file (its URLs are dead)."""
+        if self._hub is not None:
+            self._hub.stop()
+            self._hub = None
         if self._relay is not None:
             self._relay.stop()
             self._relay = None

@@ -50,7 +50,7 @@ class RunnerConfig:
     heartbeat_seconds: float = 20.0
     running_grace_seconds: float = 180.0
     setup_seconds: float = 600.0
-    stream_url: str | None = None  # local stack: where live command output is posted
+    stream_url: str | None = None  # the local stack's live view (POST /v1/runtime/stream)
     harness: HarnessLimits = field(default_factory=HarnessLimits)
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
 

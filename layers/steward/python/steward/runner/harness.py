@@ -106,9 +106,13 @@ def system_prompt(task: Task) -> str:
     )
 
 
-def task_prompt(task: Task) -> str:
+def task_text(task: Task) -> str:
     details = f"\n\nDetails:\n{task.details}" if task.details.strip() else ""
-    return f"Task: {task.title}{details}\n\nStart by inspecting the repository."
+    return f"Task: {task.title}{details}"
+
+
+def task_prompt(task: Task) -> str:
+    return f"{task_text(task)}\n\nStart by inspecting the repository."
 
 
 class Harness:
@@ -241,7 +245,7 @@ class Harness:
             f"- `{c['command']}`: {'passed' if c['passed'] else 'failed'}" for c in self.checks[-10:]
         )
         prompt = (
-            f"{task_prompt(self.task).split(chr(10) + chr(10) + 'Start')[0]}\n\n"
+            f"{task_text(self.task)}\n\n"
             f"Files changed: {', '.join(changed) or 'none'}\n"
             f"Checks:\n{checks or '- none run'}\n\n"
             "Write the pull request description: what changed and why, in a few sentences or "

@@ -94,7 +94,7 @@ class Run:
         self.clock = clock
         self.cancel = threading.Event()
         self.records = Records()
-        self.live = LiveSink(config.stream_url) if config.stream_url else None
+        self.live = LiveSink(config.stream_url, capability) if config.stream_url else None
         self.screen = Screen(redactor, self.live)
         self.sandbox: Sandbox | None = None
         self._events_lock = threading.Lock()

@@ -1,9 +1,8 @@
 """Terminal output of a run: live and ephemeral, plus a bounded tail kept for the record.
 
-Command output is redacted as it streams (a token split across chunks is still caught), sent
-to an optional live sink (the local stack's Server-Sent Events hub) and never to the durable
-event log; only the final screen tail (the last 200 lines, at most 64 KiB) is stored when the
-task ends.
+Command output is redacted as it streams (a token split across chunks is still caught),
+passed to an optional live sink and never to the durable event log; only the final screen
+tail (the last 200 lines, at most 64 KiB) is stored when the task ends.
 """
 
 from __future__ import annotations
@@ -74,11 +73,13 @@ class Screen:
 
 
 class LiveSink:
-    """Posts output to `url` from a background thread, dropping what it cannot deliver: the
-    live view is best effort and must never slow a command down."""
+    """Posts output to the local stack's stream hub (`STEWARD_STREAM_URL`) from a background
+    thread, dropping what it cannot deliver: the live view is best effort and must never slow
+    a command down. The capability authorizes it; `close` tells watchers the run is over."""
 
-    def __init__(self, url: str, *, max_pending: int = 256) -> None:
+    def __init__(self, url: str, capability: str, *, max_pending: int = 256) -> None:
         self._url = url
+        self._headers = {"Authorization": f"Bearer {capability}", "Content-Type": "text/plain; charset=utf-8"}
         self._queue: queue.Queue[str | None] = queue.Queue(maxsize=max_pending)
         self._thread = threading.Thread(target=self._run, name="live-sink", daemon=True)
         self._thread.start()
@@ -94,6 +95,15 @@ class LiveSink:
 
     def _run(self) -> None:
         with httpx.Client(timeout=5.0) as http:
-            while (text := self._queue.get()) is not None:
+            while True:
+                text = self._queue.get()
+                end = text is None
                 with contextlib.suppress(httpx.HTTPError):
-                    http.post(self._url, content=text.encode(), headers={"Content-Type": "text/plain"})
+                    http.post(
+                        self._url,
+                        params={"end": "1"} if end else None,
+                        content=(text or "").encode(),
+                        headers=self._headers,
+                    )
+                if end:
+                    return

@@ -1,0 +1,217 @@
+"""The local stack's live terminal view (DESIGN section 6): ephemeral, never durable.
+
+Two routes on one small HTTP server (`stream_url` in `.steward/local.json`):
+
+* `POST /v1/runtime/stream` — a runtime sends its command output (already redacted),
+  authorized by its capability; `?end=1` says the run is over. The output goes to whoever
+  watches now, plus a bounded replay buffer for a watcher who joins late. Nothing is written
+  anywhere: the durable record is the events and the stored screen tail.
+* `GET /v1/tasks/{id}/stream` — the task's owner (a dev bearer token) watches it as
+  Server-Sent Events: `event: output` with the text as `data:` lines, a comment every few
+  seconds to keep the connection open, and `event: end` when the run is over. Another user's
+  task answers 404, as on the API.
+
+It is a local convenience, not an AWS component: a Lambda behind API Gateway cannot hold a
+stream open, and in AWS the runner only keeps the tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from steward.domain.capability import Capability
+from steward.local.running import Running, base_url, serve_in_thread, shut_down
+
+MAX_CHUNK_BYTES = 64 * 1024
+REPLAY_BYTES = 64 * 1024
+WATCHER_QUEUE = 256
+KEEPALIVE_SECONDS = 5.0
+_WATCH_PATH = re.compile(r"^/v1/tasks/(t[0-9a-f]{24})/stream$")
+_POST_PATH = "/v1/runtime/stream"
+
+VerifyCapability = Callable[[str], Capability]
+VerifyUser = Callable[[str], Mapping[str, Any]]
+TaskOwner = Callable[[str], str | None]  # task id -> its user, or None
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.replay: deque[str] = deque()
+        self.size = 0
+        self.watchers: list[queue.Queue[str | None]] = []
+        self.ended = False
+
+
+class StreamHub(Running):
+    def __init__(
+        self,
+        verify_capability: VerifyCapability,
+        verify_user: VerifyUser,
+        task_owner: TaskOwner,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keepalive_seconds: float = KEEPALIVE_SECONDS,
+    ) -> None:
+        self.verify_capability = verify_capability
+        self.verify_user = verify_user
+        self.task_owner = task_owner
+        self.host = host
+        self.port = port
+        self.keepalive_seconds = keepalive_seconds
+        self._channels: dict[str, _Channel] = {}
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the hub is not running")
+        return base_url(self._server.server_address)
+
+    def start(self) -> None:
+        hub = self
+
+        class Handler(_Handler):
+            pass
+
+        Handler.hub = hub
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._server.daemon_threads = True
+        self._thread = serve_in_thread(self._server, "stream-hub")
+
+    def stop(self) -> None:
+        with self._lock:
+            for channel in self._channels.values():
+                for watcher in channel.watchers:
+                    with contextlib.suppress(queue.Full):
+                        watcher.put_nowait(None)
+        shut_down(self._server, self._thread)
+        self._server = self._thread = None
+
+    # ---- the two sides
+    def publish(self, task_id: str, text: str, *, end: bool = False) -> None:
+        with self._lock:
+            channel = self._channels.setdefault(task_id, _Channel())
+            if text:
+                channel.replay.append(text)
+                channel.size += len(text)
+                while channel.size > REPLAY_BYTES and len(channel.replay) > 1:
+                    channel.size -= len(channel.replay.popleft())
+            channel.ended = channel.ended or end
+            for watcher in channel.watchers:
+                with contextlib.suppress(queue.Full):  # a slow watcher misses output, never blocks
+                    if text:
+                        watcher.put_nowait(text)
+                    if end:
+                        watcher.put_nowait(None)
+
+    def watch(self, task_id: str) -> tuple[list[str], queue.Queue[str | None], bool]:
+        """The replay so far, a queue of what follows (None: the end), and whether it ended."""
+        watcher: queue.Queue[str | None] = queue.Queue(maxsize=WATCHER_QUEUE)
+        with self._lock:
+            channel = self._channels.setdefault(task_id, _Channel())
+            channel.watchers.append(watcher)
+            return list(channel.replay), watcher, channel.ended
+
+    def unwatch(self, task_id: str, watcher: queue.Queue[str | None]) -> None:
+        with self._lock:
+            channel = self._channels.get(task_id)
+            if channel is not None and watcher in channel.watchers:
+                channel.watchers.remove(watcher)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: StreamHub
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # never log requests: they carry bearer tokens
+
+    def do_POST(self) -> None:
+        parts = urlsplit(self.path)
+        if parts.path != _POST_PATH:
+            return self._error(404, "not_found", "no such route")
+        try:
+            capability = self.hub.verify_capability(self._bearer())
+        except Exception:
+            return self._error(401, "unauthorized", "send the capability as Authorization: Bearer")
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_CHUNK_BYTES:
+            return self._error(413, "too_large", f"a chunk is at most {MAX_CHUNK_BYTES} bytes")
+        text = self.rfile.read(length).decode("utf-8", errors="replace")
+        end = parse_qs(parts.query).get("end") == ["1"]
+        self.hub.publish(capability.task_id, text, end=end)
+        self._reply(204, b"", "application/json")
+        return None
+
+    def do_GET(self) -> None:
+        match = _WATCH_PATH.match(urlsplit(self.path).path)
+        if match is None:
+            return self._error(404, "not_found", "no such route")
+        try:
+            sub = str(self.hub.verify_user(self._bearer()).get("sub", ""))
+        except Exception:
+            return self._error(401, "unauthorized", "send a bearer token")
+        task_id = match.group(1)
+        if not sub or self.hub.task_owner(task_id) != sub:
+            return self._error(404, "not_found", f"no task {task_id}")
+        replay, watcher, ended = self.hub.watch(task_id)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for text in replay:
+                self._event("output", text)
+            while not ended:
+                try:
+                    item = watcher.get(timeout=self.hub.keepalive_seconds)
+                except queue.Empty:
+                    self.wfile.write(b": keepalive\n\n")
+                    self.wfile.flush()
+                    continue
+                if item is None:
+                    break
+                self._event("output", item)
+            self._event("end", "")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the watcher left
+        finally:
+            self.hub.unwatch(task_id, watcher)
+        return None
+
+    def _event(self, name: str, text: str) -> None:
+        lines = "".join(f"data: {line}\n" for line in text.split("\n"))
+        self.wfile.write(f"event: {name}\n{lines}\n".encode())
+        self.wfile.flush()
+
+    def _bearer(self) -> str:
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ValueError("no bearer token")
+        return token.strip()
+
+    def _error(self, status: int, code: str, message: str) -> None:
+        self.close_connection = True  # an unread body must not be taken for the next request
+        body = json.dumps({"error": {"code": code, "message": message}}).encode()
+        self._reply(status, body, "application/json")
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

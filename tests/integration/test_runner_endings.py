@@ -1,0 +1,107 @@
+"""How a run ends, against in-process moto: artifacts fail closed when redaction cannot be
+guaranteed, and a task that is no longer the runtime's is never written again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from steward.adapters.artifact_store import SCREEN_NAME
+from steward.adapters.runtime_api import RuntimeApi
+from steward.domain.models import Task, TaskStatus, utcnow
+from steward.domain.redaction import RedactionError, Redactor
+from steward.runner.config import RunnerConfig
+from steward.runner.run import Run
+from steward.services.container import Services
+
+from tests.support.documents import document, numbered
+from tests.support.plans import spawn_item
+
+
+class FailingRedactor(Redactor):
+    """Redaction that cannot be guaranteed for anything mentioning the secret word."""
+
+    def redact(self, text: str) -> str:
+        if "unredactable" in text:
+            raise RedactionError("redaction failed")
+        return super().redact(text)
+
+
+@pytest.fixture
+def running(services: Services) -> Task:
+    services.plans.publish("alice", "demo", document(*numbered(1)))
+    plan = services.plans.confirm("alice", "demo")
+    task, _ = spawn_item(services, plan, 1)
+    now = utcnow()
+    return services.tasks.tasks.claim(task, runtime_id="r1", now=now, deadline=now)
+
+
+def make_run(services: Services, task: Task, redactor: Redactor) -> Run:
+    config = RunnerConfig(task_id=task.id, ticket="ticket-value", api_url="http://x", relay_url="http://x")
+    return Run(
+        config,
+        task,
+        "r1",
+        "capability-value",
+        tasks=services.tasks.tasks,
+        artifacts=services.tasks.artifacts,
+        api=RuntimeApi("http://127.0.0.1:9", "http://127.0.0.1:9"),
+        redactor=redactor,
+    )
+
+
+def events(services: Services, task: Task) -> list[dict[str, Any]]:
+    return services.tasks.events.list(task.id, after=0, limit=100)
+
+
+def test_an_artifact_that_cannot_be_redacted_is_not_written_and_the_ending_says_so(
+    services: Services, running: Task, tmp_path: Path
+) -> None:
+    run = make_run(services, running, FailingRedactor())
+    run.records.harness.append({"kind": "turn", "text": "unredactable"})
+    reason = run._fail(tmp_path / "no-clone", "the model did not finish", "final")
+    assert reason == "failed"
+    store = services.tasks.artifacts
+    assert not store.exists(running.id, "harness.json")
+    assert store.exists(running.id, "bootstrap.json")
+    assert store.exists(running.id, SCREEN_NAME)
+    finished = events(services, running)[-1]
+    assert finished["type"] == "finished"
+    assert finished["data"]["artifacts_not_written"] == ["harness.json"]
+    task = services.tasks.tasks.require(running.id)
+    assert (task.status, task.classification, task.reason) == (
+        TaskStatus.FAILED,
+        "final",
+        "the model did not finish",
+    )
+
+
+def test_secrets_the_runtime_holds_never_reach_an_artifact(
+    services: Services, running: Task, tmp_path: Path
+) -> None:
+    run = make_run(services, running, Redactor(["ticket-value", "capability-value"]))
+    run.records.bootstrap["note"] = "ticket-value capability-value ghs_" + "x" * 36
+    run._fail(tmp_path / "no-clone", "failed with capability-value", "retryable")
+    store = services.tasks.artifacts
+    for name in ("bootstrap.json", "harness.json", SCREEN_NAME):
+        text = store.read_text(running.id, name) or ""
+        assert "ticket-value" not in text
+        assert "capability-value" not in text
+        assert "ghs_xxxx" not in text
+    assert "capability-value" not in json.dumps(events(services, running))
+    assert "capability-value" not in (services.tasks.tasks.require(running.id).reason or "")
+
+
+def test_a_task_cancelled_meanwhile_is_not_written_again(
+    services: Services, running: Task, tmp_path: Path
+) -> None:
+    services.tasks.tasks.cancel("alice", running.id, now=utcnow(), reason="stop")
+    cancelled = services.tasks.tasks.require(running.id)
+    seen = events(services, running)
+    run = make_run(services, running, Redactor())
+    assert run._fail(tmp_path / "no-clone", "late failure", "final") == "cancelled"
+    assert services.tasks.tasks.require(running.id) == cancelled
+    assert events(services, running) == seen
+    assert services.tasks.artifacts.exists(running.id, "harness.json")  # the run's record stays

@@ -1,0 +1,108 @@
+"""The local stack's live view: a runtime posts output with its capability, the task's owner
+watches it as Server-Sent Events; nothing else may post or watch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from steward.domain.capability import Capability
+from steward.local.stream_hub import StreamHub
+
+TASK = "t" + "a" * 24
+OTHER = "t" + "b" * 24
+
+
+def verify_capability(token: str) -> Capability:
+    if not token.startswith("cap-"):
+        raise ValueError("bad capability")
+    now = int(time.time())
+    return Capability(
+        sub="alice", task_id=token.removeprefix("cap-"), model_id="m", max_budget_usd="1.00",
+        iss="steward", aud="steward-relay", iat=now, exp=now + 60, jti="j",
+    )  # fmt: skip
+
+
+def verify_user(token: str) -> dict[str, Any]:
+    if not token.startswith("user-"):
+        raise ValueError("bad token")
+    return {"sub": token.removeprefix("user-")}
+
+
+@pytest.fixture
+def hub() -> Iterator[StreamHub]:
+    owners = {TASK: "alice", OTHER: "bob"}
+    with StreamHub(verify_capability, verify_user, owners.get, keepalive_seconds=0.2) as hub:
+        yield hub
+
+
+def post(hub: StreamHub, text: str, capability: str = f"cap-{TASK}", end: bool = False) -> int:
+    response = httpx.post(
+        f"{hub.url}/v1/runtime/stream",
+        content=text.encode(),
+        params={"end": "1"} if end else None,
+        headers={"Authorization": f"Bearer {capability}"},
+        timeout=10,
+    )
+    return response.status_code
+
+
+def watch(hub: StreamHub, token: str = "user-alice", task: str = TASK) -> httpx.Response:  # noqa: S107
+    return httpx.get(
+        f"{hub.url}/v1/tasks/{task}/stream", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+
+
+def test_a_watcher_sees_output_as_it_comes_then_the_end(hub: StreamHub) -> None:
+    received: list[str] = []
+    connected = threading.Event()
+
+    def follow() -> None:
+        url = f"{hub.url}/v1/tasks/{TASK}/stream"
+        with httpx.stream("GET", url, headers={"Authorization": "Bearer user-alice"}, timeout=10) as response:
+            connected.set()
+            received.extend(response.iter_lines())
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    assert connected.wait(10)
+    time.sleep(0.3)  # subscribed: the server keeps it alive with comments meanwhile
+    assert post(hub, "line one\nline two") == 204
+    assert post(hub, "", end=True) == 204
+    thread.join(10)
+    assert not thread.is_alive()
+    text = "\n".join(received)
+    assert "event: output\ndata: line one\ndata: line two" in text
+    assert text.rstrip().endswith("event: end\ndata:")
+
+
+def test_a_late_watcher_gets_the_recent_output_replayed(hub: StreamHub) -> None:
+    post(hub, "before you came")
+    post(hub, "", end=True)
+    body = watch(hub).text
+    assert "data: before you came" in body
+    assert "event: end" in body
+
+
+def test_only_the_owner_may_watch_and_only_a_capability_may_post(hub: StreamHub) -> None:
+    post(hub, "", end=True)
+    assert watch(hub, "user-bob").status_code == 404
+    assert watch(hub, "nonsense").status_code == 401
+    assert watch(hub, task=OTHER).status_code == 404
+    assert post(hub, "forged", capability="user-alice") == 401
+    assert httpx.post(f"{hub.url}/v1/runtime/stream", content=b"x", timeout=10).status_code == 401
+    assert "forged" not in watch(hub).text
+
+
+def test_a_capability_posts_only_to_its_own_task(hub: StreamHub) -> None:
+    assert post(hub, "from the other task", capability=f"cap-{OTHER}") == 204
+    post(hub, "", end=True)
+    assert "from the other task" not in watch(hub).text
+
+
+def test_an_oversized_chunk_is_refused(hub: StreamHub) -> None:
+    assert post(hub, "x" * (64 * 1024 + 1)) == 413
