@@ -3,7 +3,9 @@ guaranteed, and a task that is no longer the runtime's is never written again.""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from steward.adapters.runtime_api import RuntimeApi
 from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
+from steward.runner.main import RedactingFilter
 from steward.runner.run import Run
 from steward.services.container import Services
 
@@ -105,3 +108,25 @@ def test_a_task_cancelled_meanwhile_is_not_written_again(
     assert services.tasks.tasks.require(running.id) == cancelled
     assert events(services, running) == seen
     assert services.tasks.artifacts.exists(running.id, "harness.json")  # the run's record stays
+
+
+def test_runtime_log_lines_and_tracebacks_are_redacted() -> None:
+    redactor = Redactor(["capability-value"])
+    logger = logging.getLogger("steward.runner.test")
+    handler = logging.StreamHandler(io.StringIO())
+    handler.addFilter(RedactingFilter(redactor))
+    logger.addHandler(handler)
+    try:
+        logger.warning("sending %s", "capability-value")
+        try:
+            raise RuntimeError("failed with capability-value")
+        except RuntimeError:
+            logger.exception("runner error")
+    finally:
+        logger.removeHandler(handler)
+    stream = handler.stream
+    assert isinstance(stream, io.StringIO)
+    written = stream.getvalue()
+    assert "capability-value" not in written
+    assert "sending [REDACTED]" in written
+    assert "RuntimeError: failed with [REDACTED]" in written

@@ -27,13 +27,34 @@ from steward.adapters.runtime_api import RuntimeApi, RuntimeApiError
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import LifecycleError
 from steward.domain.models import utcnow
-from steward.domain.redaction import Redactor
+from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import ConfigError, RunnerConfig
 from steward.runner.run import Run
 
 
 def _say(message: str) -> None:
     print(f"steward.runner: {message}", file=sys.stderr, flush=True)
+
+
+class RedactingFilter(logging.Filter):
+    """Every log line of the runtime, tracebacks included, passes the redactor; a line that
+    cannot be redacted is dropped (fail closed)."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self._redactor = redactor
+        self._formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            record.msg = self._redactor.redact(record.getMessage())
+            record.args = ()
+            if record.exc_info:
+                record.exc_text = self._redactor.redact(self._formatter.formatException(record.exc_info))
+                record.exc_info = None
+        except RedactionError:
+            return False
+        return True
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:
@@ -44,6 +65,8 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         _say(str(exc))
         return 2
     redactor = Redactor([config.ticket])
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter(redactor))
     api = RuntimeApi(config.api_url, config.relay_url)
     try:
         try:
