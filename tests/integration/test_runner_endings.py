@@ -130,3 +130,20 @@ def test_runtime_log_lines_and_tracebacks_are_redacted() -> None:
     assert "capability-value" not in written
     assert "sending [REDACTED]" in written
     assert "RuntimeError: failed with [REDACTED]" in written
+
+
+def test_a_webhook_faster_than_the_runtime_still_gets_the_runs_finished_event(
+    services: Services, running: Task, tmp_path: Path
+) -> None:
+    # The pull request's webhook moved the task to review; the heartbeat then saw the task
+    # was no longer running and stopped the run's checks. The ending is still recorded.
+    services.tasks.tasks.transition(
+        running, TaskStatus.REVIEW, now=utcnow(), event="github_event", extra={"pr_number": 7}
+    )
+    run = make_run(services, running, Redactor())
+    run.stop()
+    ending = run._finish(TaskStatus.REVIEW, {"outcome": "published", "pr_number": 7}, extra={"pr_number": 7})
+    assert ending == "review"
+    finished = events(services, running)[-1]
+    assert (finished["type"], finished["data"]["outcome"]) == ("finished", "published")
+    assert services.tasks.tasks.require(running.id).status is TaskStatus.REVIEW

@@ -322,8 +322,6 @@ class Run:
         reason: str | None = None,
         extra: dict[str, Any] | None = None,
     ) -> str:
-        if self.cancel.is_set() and not self._still_mine():
-            return "cancelled"
         data = {"runtime_id": self.runtime_id, **data, **self._artifact_failures()}
         try:
             current = self.tasks.require(self.task.id)
@@ -348,12 +346,6 @@ class Run:
             return "changed"
         self.tasks.project_item(done, now=self.clock())
         return done.status.value
-
-    def _still_mine(self) -> bool:
-        current = self.tasks.get(self.task.id)
-        return bool(
-            current and current.status is TaskStatus.RUNNING and current.runtime_id == self.runtime_id
-        )
 
     # ---- artifacts
     def _write_artifacts(self, clone: Path, *, preserve: bool) -> None:
