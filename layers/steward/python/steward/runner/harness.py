@@ -66,7 +66,6 @@ class Outcome:
     detail: str = ""
     turns: int = 0
     checks: list[dict[str, Any]] = field(default_factory=list)
-    cost_usd: str = "0"
 
 
 def tool_config(names: Sequence[str]) -> dict[str, Any] | None:
@@ -144,7 +143,6 @@ class Harness:
         self.clock = clock
         self.required = frozenset(task.checks)
         self.checks: list[dict[str, Any]] = []
-        self.cost = 0.0
 
     # ---- the loop
     def run(self) -> Outcome:
