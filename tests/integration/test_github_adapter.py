@@ -13,7 +13,7 @@ from pathlib import Path
 import boto3
 import pytest
 from steward.adapters.git import GitError, run_git
-from steward.adapters.github import GitHubApp, GitHubError, github_app_from_env
+from steward.adapters.github import GitHubApp, GitHubError, github_app_from_env, split_repo
 from steward.domain.errors import BadRequest
 from steward.local.github_twin import GitHubTwin
 
@@ -325,3 +325,9 @@ def test_app_from_env_reads_the_key_from_secrets_manager(
         github_app_from_env({})
     with pytest.raises(RuntimeError, match="PRIVATE_KEY"):
         github_app_from_env({"STEWARD_GITHUB_APP_ID": "1"})
+
+
+@pytest.mark.parametrize("repo", ["octo/..", "octo/.", "octo", "octo/a/b", "-octo/a", ""])
+def test_a_repository_name_that_is_not_owner_name_is_refused_before_any_call(repo: str) -> None:
+    with pytest.raises(BadRequest, match="OWNER/NAME"):
+        split_repo(repo)

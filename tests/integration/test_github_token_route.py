@@ -4,6 +4,8 @@ the task runs and its owner's installation is live and holds the repository (DES
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -269,3 +271,12 @@ def test_the_route_maps_refusals_to_json_errors(kit: Kit, endpoint: LambdaHttpSe
 
     too_big = httpx.post(url, content=b"x" * 5000, headers={"Authorization": "Bearer x"})
     assert too_big.status_code == 413
+
+
+def test_the_mint_lambda_loads_no_github_client_until_a_token_is_asked_for() -> None:
+    # The ticket exchange shares the mint's cold start; githubkit costs it ~150 ms.
+    code = (
+        "import sys, steward.mint_handler; print(sorted(m for m in sys.modules if m.startswith('githubkit')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -20,11 +20,12 @@ from typing import Any
 import boto3
 import pytest
 from steward.adapters.artifact_store import ArtifactStore
-from steward.adapters.git import GitError, redact, run_git
+from steward.adapters.git import GitError, run_git
 from steward.adapters.github import GitHubApp, GitHubError
 from steward.adapters.task_store import TaskStore
 from steward.config import Settings
 from steward.domain.models import Task, utcnow
+from steward.domain.redaction import redact
 from steward.local.github_twin import GitHubTwin
 from steward.services.container import Services
 from steward.services.publication import STAGES, Publisher, PublishError, PublishResult, StageHook

@@ -226,3 +226,19 @@ def test_the_relay_lambda_answers_429_with_retry_after_over_http(
         ok = httpx.post(url, json=ask(), headers={"Authorization": f"Bearer {kit.capability(task)}"})
         assert ok.status_code == 200
         assert set(ok.json()["steward"]) == {"cost_usd", "remaining_usd", "max_tokens"}
+
+
+def test_the_capabilitys_own_ceiling_binds_below_the_tasks_budget(kit: RelayKit) -> None:
+    task = kit.running_task(budget="1.00")
+    token = kit.capability(task, max_budget_usd="0.0005")
+    refused = None
+    for _ in range(300):
+        try:
+            kit.call(task, token=token)
+        except BudgetExhausted as exc:
+            refused = exc
+            break
+    assert refused is not None, "a capability worth $0.0005 paid for 300 calls"
+    cost, committed = kit.spent(task)
+    assert cost == committed <= Decimal("0.0005")
+    kit.call(task)  # the task's own budget still has room for a capability that allows it

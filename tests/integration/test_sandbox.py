@@ -11,7 +11,6 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,7 +29,7 @@ from steward.runner.sandbox import (
 )
 
 NOBODY = 65534
-SANE_SECONDS = 30.0  # a sanity bound on "returned promptly", never a performance claim
+SANE_SECONDS = 30.0  # how long a test waits for a thread before it calls the run hung
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
@@ -350,9 +349,7 @@ def test_real_pytest_passes_and_fails(sandbox: MakeSandbox, clone: Path) -> None
 
 
 def test_infinite_output_is_truncated_and_killed(sandbox: MakeSandbox) -> None:
-    started = time.monotonic()
     result = sandbox("yes", max_output_bytes=64 * 1024, wall_seconds=20).run("yes")
-    assert time.monotonic() - started < SANE_SECONDS
     assert result.output_truncated
     assert not result.timed_out
     assert result.exit_code is None
@@ -364,9 +361,7 @@ def test_infinite_output_is_truncated_and_killed(sandbox: MakeSandbox) -> None:
 
 def test_a_sleep_past_the_timeout_is_killed_with_its_group(sandbox: MakeSandbox) -> None:
     check = "sh -c 'sleep 30 & sleep 30'"
-    started = time.monotonic()
     result = sandbox(check, wall_seconds=1).run(check)
-    assert time.monotonic() - started < SANE_SECONDS
     assert result.timed_out
     assert result.exit_code is None
     assert result.signal is not None
@@ -386,9 +381,7 @@ def test_a_fork_bomb_ends_and_leaves_nothing(sandbox: MakeSandbox, clone: Path, 
     (clone / "bomb.py").write_text(
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     )
-    started = time.monotonic()
     result = sandbox(check, wall_seconds=2, max_processes=48).run(check)
-    assert time.monotonic() - started < SANE_SECONDS
     if check == "python bomb.py":
         assert result.timed_out
         assert not result.passed
@@ -429,13 +422,11 @@ def test_cancel_kills_promptly(sandbox: MakeSandbox) -> None:
     box = sandbox(check, wall_seconds=60)
     ready = threading.Event()
     cancel = threading.Event()
-    started = time.monotonic()
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(box.run, check, on_output=lambda _: ready.set(), cancel=cancel)
         assert ready.wait(SANE_SECONDS)
         cancel.set()
         result = future.result(timeout=SANE_SECONDS)
-    assert time.monotonic() - started < SANE_SECONDS
     assert result.exit_code is None
     assert not result.timed_out
     assert not result.passed
@@ -467,9 +458,7 @@ def test_a_kill_while_the_command_starts_still_kills_it(
         hand_over(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(module, "_hand_over", kill_first)
-    started = time.monotonic()
     result = box.run("sleep 30")
-    assert time.monotonic() - started < SANE_SECONDS
     assert result.exit_code is None
     assert not result.timed_out
     assert not result.passed
@@ -515,7 +504,6 @@ def test_unprivileged_user_mode_kills_on_timeout_and_flood(open_clone: Path) -> 
         uid=NOBODY,
         limits=limits(wall_seconds=1, max_processes=32, max_output_bytes=16 * 1024),
     )
-    started = time.monotonic()
     slept = box.run(sleeper)
     assert slept.timed_out
     assert slept.exit_code is None
@@ -524,7 +512,6 @@ def test_unprivileged_user_mode_kills_on_timeout_and_flood(open_clone: Path) -> 
     assert not spawned.passed
     # Its background sleeps were still running when it gave up: they died with the group.
     assert live_processes(NOBODY) == []
-    assert time.monotonic() - started < SANE_SECONDS
 
 
 def test_same_user_mode_still_scrubs(open_clone: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@ watches it as Server-Sent Events; nothing else may post or watch."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -106,3 +107,20 @@ def test_a_capability_posts_only_to_its_own_task(hub: StreamHub) -> None:
 
 def test_an_oversized_chunk_is_refused(hub: StreamHub) -> None:
     assert post(hub, "x" * (64 * 1024 + 1)) == 413
+
+
+def test_a_chunk_without_a_usable_length_is_refused(hub: StreamHub) -> None:
+    headers = {"Authorization": f"Bearer cap-{TASK}"}
+    url = f"{hub.url}/v1/runtime/stream"
+    chunked = httpx.post(url, content=iter([b"streamed"]), headers=headers, timeout=10)
+    assert chunked.status_code == 400
+    host, port = hub.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(
+            b"POST /v1/runtime/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer cap-"
+            + TASK.encode()
+            + b"\r\nContent-Length: -1\r\n\r\nx"
+        )
+        assert raw.recv(64).startswith(b"HTTP/1.1 400")
+    post(hub, "", end=True)
+    assert "streamed" not in watch(hub).text

@@ -15,7 +15,6 @@ from urllib.parse import quote
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from steward.adapters import git
 from steward.domain import redaction
 from steward.domain.redaction import REDACTED, RedactionError, Redactor, StreamRedactor, redact
 
@@ -431,12 +430,6 @@ def test_add_is_thread_safe() -> None:
     for thread in threads:
         thread.join()
     assert redactor.redact(text) == " ".join([REDACTED] * len(secrets))
-
-
-def test_git_redact_delegates_to_the_domain() -> None:
-    assert git.REDACTED == REDACTED
-    assert git.redact("held: s3cr3t-value.", ["s3cr3t-value"]) == "held: [REDACTED]."
-    assert git.redact(f"x {GHS} https://u:p@h/x") == "x [REDACTED] https://[REDACTED]@h/x"
 
 
 # ---- properties

@@ -137,18 +137,10 @@ def test_tool_tables_cover_the_five_tools() -> None:
     names = ["list_files", "search_text", "read_file", "write_file", "replace_in_file"]
     assert list(TOOL_ARGS) == names
     assert set(TOOL_DESCRIPTIONS) == set(names)
-    assert TOOL_ARGS["read_file"] is ReadFileArgs
     for model in TOOL_ARGS.values():
         schema = model.model_json_schema()
         assert schema["additionalProperties"] is False
     assert SearchTextArgs.model_json_schema()["required"] == ["pattern"]
-
-
-def test_limits_are_frozen() -> None:
-    limits = WorkspaceLimits()
-    assert limits.max_read_lines == 400
-    with pytest.raises(ValueError, match="frozen"):
-        limits.max_read_lines = 5
 
 
 def test_root_is_the_real_path(layout: Layout) -> None:
@@ -275,9 +267,7 @@ def test_absolute_path_into_the_outside_is_refused(lay: Layout) -> None:
     lay.assert_outside_untouched()
 
 
-@pytest.mark.parametrize(
-    "path", ["./README.md", ".//README.md", "././README.md", "src/../README.md".replace("src/../", "")]
-)
+@pytest.mark.parametrize("path", ["./README.md", ".//README.md", "././README.md"])
 def test_dot_and_double_slash_forms_are_normalized(lay: Layout, path: str) -> None:
     assert lay.call("read_file", path=path).startswith("README.md: lines 1-3 of 3")
 
@@ -419,7 +409,6 @@ GIT_PATHS = [
     "git~1/config",
     ".g\u200cit/config",
     "src/.git/config",
-    "./src/../.git/config".replace("src/../", ""),
 ]
 
 

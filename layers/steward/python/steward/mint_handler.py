@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from steward.adapters.capability_signer import CapabilityVerifier, KmsCapabilitySigner, kms_client
 from steward.adapters.dynamo import Tables
-from steward.adapters.github import github_app_from_env
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.adapters.ticket_store import TicketStore
@@ -78,6 +77,8 @@ minter = cache(minter_from_env)
 def github_tokens_from_env() -> GitHubTokens:
     """The token route's parts, bound to this process's environment (a cold start): a
     verifier holding only the capability key's public half, the stores and the GitHub App."""
+    from steward.adapters.github import github_app_from_env  # noqa: PLC0415 - off the exchange's cold start
+
     key_id = os.environ.get("STEWARD_CAPABILITY_KEY_ID", "")
     if not key_id:
         raise RuntimeError("STEWARD_CAPABILITY_KEY_ID is not set")

@@ -130,10 +130,6 @@ class CapabilityVerifier:
         raw = pem.encode("ascii") if isinstance(pem, str) else pem
         return cls({kid: _p256(load_pem_public_key(raw))})
 
-    @property
-    def key_ids(self) -> frozenset[str]:
-        return frozenset(self._keys)
-
     def verify(self, token: str, *, now: datetime | None = None) -> Capability:
         """The capability `token` carries, or Unauthorized saying briefly why not."""
         if not token or len(token) > _MAX_TOKEN_LENGTH:

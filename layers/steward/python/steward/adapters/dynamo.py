@@ -95,14 +95,28 @@ def deserialize(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deserializer.deserialize(v) for k, v in raw.items()}
 
 
-def plain(value: Any) -> Any:
-    """DynamoDB numbers come back as Decimal; integral ones become int."""
+def plain(value: Any, *, floats: bool = False) -> Any:
+    """DynamoDB numbers come back as Decimal; integral ones become int, and with `floats`
+    (data shown to JSON clients, never money) fractional ones become float."""
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else value
+        if value == value.to_integral_value():
+            return int(value)
+        return float(value) if floats else value
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: plain(v, floats=floats) for k, v in value.items()}
     if isinstance(value, list):
-        return [plain(v) for v in value]
+        return [plain(v, floats=floats) for v in value]
+    return value
+
+
+def storable(value: Any) -> Any:
+    """A JSON-like value as DynamoDB takes it: it has no float type, so floats become Decimal."""
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, Mapping):
+        return {k: storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
     return value
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
@@ -22,17 +21,6 @@ class EventStore:
             ConsistentRead=True,
         )
         return [
-            {"seq": e["seq"], "type": e["type"], "at": e["at"], "data": _json_numbers(e.get("data", {}))}
-            for e in (plain(i) for i in page["Items"])
+            {"seq": e["seq"], "type": e["type"], "at": e["at"], "data": e.get("data", {})}
+            for e in (plain(i, floats=True) for i in page["Items"])
         ]
-
-
-def _json_numbers(value: Any) -> Any:
-    """Event data is for JSON clients: fractional numbers (durations) as floats."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: _json_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_numbers(v) for v in value]
-    return value

@@ -27,13 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steward.domain import redaction
 from steward.domain.errors import StewardError
-
-# Redaction lives in the domain: one set of rules for every artifact, event and log line.
-# `redact(text, secrets=())` and `REDACTED` stay importable from here for git's callers.
-REDACTED = redaction.REDACTED
-redact = redaction.redact
+from steward.domain.redaction import redact
 
 GIT_TIMEOUT_SECONDS = 120.0
 BASIC_USER = "x-access-token"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -36,8 +35,9 @@ from githubkit.auth.app import AppAuth, AppAuthStrategy
 from githubkit.cache import MemCacheStrategy
 from githubkit.exception import GitHubException, RateLimitExceeded, RequestError, RequestFailed
 
-from steward.adapters.git import redact
+from steward.domain.documents import is_repo_name
 from steward.domain.errors import BadRequest, StewardError
+from steward.domain.redaction import Redactor
 
 if TYPE_CHECKING:
     from githubkit.core import GitHubCore
@@ -48,7 +48,6 @@ PullState = Literal["open", "closed", "all"]
 TOKEN_PERMISSIONS: dict[str, str] = {"contents": "write", "pull_requests": "write"}
 # GitHub adds metadata:read to every installation token; nothing else may come back.
 _IMPLIED_PERMISSIONS = {"metadata": "read"}
-REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 _TOKEN_REUSE_MARGIN = timedelta(minutes=5)  # a cached API token is renewed this long before expiry
 _BACKOFF_BASE_SECONDS = 0.5
 _BACKOFF_CAP_SECONDS = 8.0
@@ -90,7 +89,7 @@ class PullRef:
 
 def split_repo(repo: str) -> tuple[str, str]:
     """("owner", "name") of "owner/name", or BadRequest."""
-    if not REPO_PATTERN.fullmatch(repo):
+    if not is_repo_name(repo):
         raise BadRequest(f"repository must be OWNER/NAME, got {repo[:120]!r}", field="repo")
     owner, name = repo.split("/")
     return owner, name
@@ -289,7 +288,7 @@ class RepositoryClient:
                 parts.append(str(error["message"]))
         with self._lock:
             held = [t.token for t in self._tokens.values()]
-        return redact("; ".join(p for p in parts if p), held)[:_DETAIL_LIMIT]
+        return Redactor(held).bounded("; ".join(p for p in parts if p), _DETAIL_LIMIT)
 
 
 class GitHubApp(RepositoryClient):

@@ -34,6 +34,7 @@ from steward.adapters.dynamo import (
     error_code,
     is_conditional_failure,
     plain,
+    storable,
 )
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, LifecycleError, NotFound
@@ -435,7 +436,7 @@ class TaskStore:
                     "type": event,
                     "at": iso(now),
                     "user": task.user,
-                    "data": data,
+                    "data": storable(data),
                 },
                 "ConditionExpression": "attribute_not_exists(seq)",
             }

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
+from steward.domain.errors import Unauthorized
+
 ISSUER = "steward"
 AUDIENCE = "steward-runtime"
 MAX_LIFETIME_SECONDS = 7200
@@ -112,3 +114,15 @@ def capability_claims(
     }
     Capability.model_validate(claims)
     return claims
+
+
+MAX_AUTHORIZATION_CHARS = 8192  # a capability is ~1 KB; anything far longer is not one
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The credential of an `Authorization: Bearer <token>` header (scheme in any case), or
+    Unauthorized: every route that takes a capability reads it this one way."""
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip() or len(authorization or "") > MAX_AUTHORIZATION_CHARS:
+        raise Unauthorized("send the capability as Authorization: Bearer <capability>")
+    return token.strip()

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Context, Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
@@ -54,6 +54,13 @@ class DocumentPolicy:
 
 
 _REPO = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
+
+
+def is_repo_name(value: object) -> TypeGuard[str]:
+    """GitHub's `owner/name` shape (a name of only dots is no repository)."""
+    return isinstance(value, str) and bool(_REPO.fullmatch(value)) and value.split("/")[1] not in {".", ".."}
+
+
 # git check-ref-format, plus no whitespace and no leading '-' (it would read as an option).
 _BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock(?:/|$)|/\.")
 
@@ -117,7 +124,7 @@ class FrontMatter(BaseModel):
     @field_validator("repo", mode="before")
     @classmethod
     def _repo(cls, value: object) -> str:
-        if not isinstance(value, str) or not _REPO.fullmatch(value) or value.split("/")[1] in {".", ".."}:
+        if not is_repo_name(value):
             raise ValueError(f"repo must be owner/name, got {_shown(value)}")
         return value
 

@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from steward.domain.capability import Capability
+from steward.domain.capability import Capability, bearer_token
 from steward.local.running import Running, base_url, serve_in_thread, shut_down
 
 MAX_CHUNK_BYTES = 64 * 1024
@@ -134,6 +134,7 @@ class StreamHub(Running):
 class _Handler(BaseHTTPRequestHandler):
     hub: StreamHub
     protocol_version = "HTTP/1.1"
+    timeout = 60  # an idle connection does not hold its thread for ever
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # never log requests: they carry bearer tokens
@@ -143,10 +144,13 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path != _POST_PATH:
             return self._error(404, "not_found", "no such route")
         try:
-            capability = self.hub.verify_capability(self._bearer())
+            capability = self.hub.verify_capability(bearer_token(self.headers.get("Authorization")))
         except Exception:
             return self._error(401, "unauthorized", "send the capability as Authorization: Bearer")
-        length = int(self.headers.get("Content-Length") or 0)
+        raw_length = self.headers.get("Content-Length") or "0"
+        if not raw_length.isdigit() or "Transfer-Encoding" in self.headers:
+            return self._error(400, "bad_request", "send the chunk with a Content-Length")
+        length = int(raw_length)
         if length > MAX_CHUNK_BYTES:
             return self._error(413, "too_large", f"a chunk is at most {MAX_CHUNK_BYTES} bytes")
         text = self.rfile.read(length).decode("utf-8", errors="replace")
@@ -160,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
         if match is None:
             return self._error(404, "not_found", "no such route")
         try:
-            sub = str(self.hub.verify_user(self._bearer()).get("sub", ""))
+            sub = str(self.hub.verify_user(bearer_token(self.headers.get("Authorization"))).get("sub", ""))
         except Exception:
             return self._error(401, "unauthorized", "send a bearer token")
         task_id = match.group(1)
@@ -197,12 +201,6 @@ class _Handler(BaseHTTPRequestHandler):
         lines = "".join(f"data: {line}\n" for line in text.split("\n"))
         self.wfile.write(f"event: {name}\n{lines}\n".encode())
         self.wfile.flush()
-
-    def _bearer(self) -> str:
-        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise ValueError("no bearer token")
-        return token.strip()
 
     def _error(self, status: int, code: str, message: str) -> None:
         self.close_connection = True  # an unread body must not be taken for the next request

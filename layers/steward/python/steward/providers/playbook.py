@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,9 @@ class Playbook(BaseModel):
 
     @classmethod
     def load(cls, environ: Mapping[str, str]) -> Playbook:
-        path = environ.get(PLAYBOOK_ENV, "")
-        if path:
-            raw = Path(path).read_text(encoding="utf-8")
-        else:
-            raw = resources.files("steward").joinpath("data/playbook.json").read_text(encoding="utf-8")
-        return cls.model_validate(json.loads(raw))
+        """The playbook `STEWARD_SCRIPTED_PLAYBOOK` names, or the packaged one; read once per
+        path (the relay builds a provider per call, and that must do no I/O)."""
+        return _load(environ.get(PLAYBOOK_ENV, ""))
 
     def reply(self, request: ConverseRequest) -> dict[str, Any]:
         """The Converse content block this playbook answers `request` with."""
@@ -87,3 +85,12 @@ class Playbook(BaseModel):
         if step.text is not None:
             return {"text": step.text}
         return {"toolUse": {"toolUseId": f"tooluse_play_{turn}", "name": step.tool, "input": step.input}}
+
+
+@cache
+def _load(path: str) -> Playbook:
+    if path:
+        raw = Path(path).read_text(encoding="utf-8")
+    else:
+        raw = resources.files("steward").joinpath("data/playbook.json").read_text(encoding="utf-8")
+    return Playbook.model_validate(json.loads(raw))

@@ -35,7 +35,7 @@ from steward.domain.phases import (
     begin_turn,
 )
 from steward.domain.redaction import Redactor
-from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, VerifyArgs
+from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, VerifyArgs, parse_allowlist
 from steward.runner.workspace import TOOL_ARGS, TOOL_DESCRIPTIONS, ToolError, Workspace
 
 ELIDED = "[an earlier tool result, elided to keep the conversation within its bound]"
@@ -141,7 +141,8 @@ class Harness:
         self.on_output = on_output
         self.cancel = cancel or threading.Event()
         self.clock = clock
-        self.required = frozenset(task.checks)
+        self.argv_of = parse_allowlist(task.checks)  # listed check -> its argv
+        self.required = frozenset(self.argv_of)
         self.checks: list[dict[str, Any]] = []
 
     # ---- the loop
@@ -306,9 +307,7 @@ class Harness:
             return state, _result(tool_id, message, error=True)
         self._check_cancel()
         check = self.check_record(result, stage="loop")
-        listed = " ".join(result.argv)
-        canonical = next((c for c in self.required if c.strip() == command.strip()), None)
-        canonical = canonical or next((c for c in self.required if " ".join(c.split()) == listed), command)
+        canonical = next((c for c, argv in self.argv_of.items() if argv == result.argv), command)
         state = after_check(state, canonical, result.passed, self.required, self.limits)
         output = self.redactor.bounded(result.output, self.limits.max_result_chars - 200, tail=True)
         text = f"{_describe(result)}\n{output}"

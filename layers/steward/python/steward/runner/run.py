@@ -395,8 +395,7 @@ class Run:
             _LOG.exception("event append failed", extra={"event": kind})
 
     def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
-        """Redacted, and with numbers as Decimal (DynamoDB stores no floats)."""
-        cleaned: dict[str, Any] = json.loads(json.dumps(self.redactor.clean(data)), parse_float=Decimal)
+        cleaned: dict[str, Any] = self.redactor.clean(data)
         return cleaned
 
     def redactor_secrets(self) -> list[str]:

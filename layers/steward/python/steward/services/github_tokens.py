@@ -13,28 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from steward.adapters.github import GitHubApp
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
-from steward.domain.capability import Capability
+from steward.domain.capability import Capability, bearer_token
 from steward.domain.errors import Forbidden, LifecycleError, Unauthorized
 from steward.domain.models import TaskStatus, iso, utcnow
+
+if TYPE_CHECKING:  # githubkit costs the mint's cold start; only the token route needs it
+    from steward.adapters.github import GitHubApp
 
 
 class Verify(Protocol):
     """`CapabilityVerifier.verify`: the capability a token carries, or Unauthorized."""
 
     def __call__(self, token: str, *, now: datetime | None = None) -> Capability: ...
-
-
-def bearer_token(authorization: str | None) -> str:
-    """The credential of an `Authorization: Bearer <token>` header, or Unauthorized."""
-    scheme, _, token = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("send the capability as Authorization: Bearer <capability>")
-    return token.strip()
 
 
 class GitHubTokens:

@@ -22,7 +22,7 @@ request:
   opened (and GitHub's 422 "already exists" is answered with the existing one).
 
 Artifacts are written under `clone.parent / "artifacts"` and, when an ArtifactStore is given,
-uploaded. Everything written is redacted (`steward.adapters.git.redact`) of the token in
+uploaded. Everything written is redacted (`steward.domain.redaction.redact`) of the token in
 use and of anything shaped like a GitHub credential.
 """
 
@@ -40,12 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from steward.adapters.artifact_store import ArtifactStore
-from steward.adapters.git import GitError, redact, run_git
+from steward.adapters.git import GitError, run_git
 from steward.adapters.github import PullRef, RepositoryClient
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import StewardError
 from steward.domain.ids import branch_name
 from steward.domain.models import Task, TaskStatus, iso, utcnow
+from steward.domain.redaction import redact
 
 _LOG = logging.getLogger(__name__)
 

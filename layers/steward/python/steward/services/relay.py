@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from steward.adapters.budget_store import BudgetStore, Refusal
 from steward.domain.budget import Usage, affordable_max_tokens, cost_of, input_bound_tokens, max_cost
-from steward.domain.capability import Capability
+from steward.domain.capability import Capability, bearer_token
 from steward.domain.converse import ConverseRequest, payload_bytes
 from steward.domain.errors import (
     BadRequest,
@@ -37,7 +37,6 @@ from steward.domain.errors import (
     ProviderError,
     RetryLater,
     TooLarge,
-    Unauthorized,
 )
 from steward.domain.models import TaskStatus, utcnow
 from steward.domain.prices import PriceEntry, PriceTable
@@ -48,10 +47,6 @@ MAX_BODY_BYTES = 1024 * 1024
 # Below this many output tokens a call is not worth making: refuse instead of lowering.
 MIN_OUTPUT_TOKENS = 256
 RESERVATION_TTL = timedelta(minutes=15)
-
-
-class Overspent(Exception):
-    """A provider reported more than was reserved (recorded, and alarmed on)."""
 
 
 @dataclass
@@ -78,7 +73,7 @@ class Relay:
         raw = body.encode() if isinstance(body, str) else (body or b"")
         if len(raw) > self.max_body_bytes:
             raise TooLarge(f"request body is over {self.max_body_bytes} bytes", field="body")
-        capability = self.verify(_bearer(authorization))
+        capability = self.verify(bearer_token(authorization))
         request = _parse(raw)
         if request.modelId is not None and request.modelId != capability.model_id:
             raise Forbidden("the capability is pinned to another model", field="modelId")
@@ -170,12 +165,6 @@ def _check_task(refusal: Refusal, capability: Capability) -> None:
         raise Forbidden("the task is pinned to another model", field="model")
     if refusal.status != TaskStatus.RUNNING.value:
         raise LifecycleError(f"the task is {refusal.status}, not running", field="status")
-
-
-def _bearer(authorization: str | None) -> str:
-    if not authorization or not authorization.startswith("Bearer ") or len(authorization) > 8192:
-        raise Unauthorized("a bearer capability is required")
-    return authorization[len("Bearer ") :].strip()
 
 
 def _parse(raw: bytes) -> ConverseRequest:
