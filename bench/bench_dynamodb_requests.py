@@ -18,7 +18,7 @@ from steward.config import Settings
 from steward.domain.models import utcnow
 from steward.domain.tasks import task_for
 from steward.local.moto_serial import install_dynamodb_lock
-from steward.services.container import Services
+from steward.wiring import Services
 
 
 def document(count: int, detail_bytes: int) -> str:

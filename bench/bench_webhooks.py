@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steward import webhook_handler
+from steward import webhook_handler, wiring
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.delivery_store import DeliveryStore
 from steward.adapters.dynamo import Tables, count_requests
@@ -38,8 +38,8 @@ from steward.domain.installations import Installation
 from steward.domain.models import Task, utcnow
 from steward.local.http_adapter import LambdaHttpServer
 from steward.local.moto_server import MotoServer
-from steward.services.container import Services
 from steward.services.webhooks import WebhookReceiver, WebhookSecret
+from steward.wiring import Services
 
 from tests.integration.test_webhooks import (
     REPO,
@@ -178,7 +178,7 @@ def main(count: int) -> None:
                 "POWERTOOLS_LOG_LEVEL": "WARNING",
             }
         )
-        webhook_handler.service.cache_clear()
+        wiring.reset()
         print("Through the HTTP adapter (Function URL event, real Lambda handler)")
         fresh = running_tasks(services, "http", count)
         with (
@@ -197,7 +197,7 @@ def main(count: int) -> None:
             seen = opened(fresh[0], 500)
             rate("duplicate deliveries", [seen] * count, over_http)
             rate("installation deliveries", [repos_added(n, 9) for n in range(count)], over_http)
-        webhook_handler.service.cache_clear()
+        wiring.reset()
 
 
 if __name__ == "__main__":

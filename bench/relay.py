@@ -34,14 +34,14 @@ import contextlib
 
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables, count_requests
+from steward.adapters.price_file import load_price_table
 from steward.config import Settings
 from steward.domain.budget import input_bound_tokens, max_cost
 from steward.domain.converse import ConverseRequest, payload_bytes
 from steward.domain.errors import BudgetExhausted, RetryLater
 from steward.domain.models import utcnow
-from steward.domain.prices import load_price_table
 from steward.local.moto_server import MotoServer
-from steward.services.container import Services
+from steward.wiring import Services
 
 from tests.support.relay import RelayKit, ask, build_relay
 

@@ -17,7 +17,7 @@ from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
 from steward.config import Settings
 from steward.local.moto_serial import install_dynamodb_lock
-from steward.services.container import Services
+from steward.wiring import Services
 
 REGION = "us-east-1"
 

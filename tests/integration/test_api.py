@@ -16,7 +16,7 @@ from steward.adapters.dynamo import Tables
 from steward.config import Settings
 from steward.local.dev_auth import DevIssuer
 from steward.local.stack import LocalStack
-from steward.services.container import Services
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item

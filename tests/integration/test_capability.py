@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
     load_der_public_key,
 )
-from steward import mint_handler
+from steward import mint_handler, wiring
 from steward.adapters.capability_signer import CapabilityVerifier, KmsCapabilitySigner, kms_client
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
@@ -42,8 +42,8 @@ from steward.domain.errors import Forbidden, LifecycleError, StewardError, Unaut
 from steward.domain.installations import Installation
 from steward.domain.models import Task, utcnow
 from steward.local.http_adapter import LambdaHttpServer
-from steward.services.container import Services
 from steward.services.mint import Minter
+from steward.wiring import Services
 
 from tests.conftest import REGION
 from tests.support.plans import spawn_item
@@ -512,12 +512,12 @@ def endpoint(services: Services, key_id: str, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("STEWARD_TABLE_PREFIX", services.tables.prefix)
     monkeypatch.setenv("STEWARD_CAPABILITY_KEY_ID", key_id)
     monkeypatch.setenv("STEWARD_CAPABILITY_LIFETIME", "900")
-    mint_handler.minter.cache_clear()
+    wiring.reset()
     with LambdaHttpServer(
         mint_handler.lambda_handler, kind="http_api", function_name="steward-mint"
     ) as server:
         yield server
-    mint_handler.minter.cache_clear()
+    wiring.reset()
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:

@@ -13,9 +13,11 @@ from pathlib import Path
 import boto3
 import pytest
 from steward.adapters.git import GitError, run_git
-from steward.adapters.github import GitHubApp, GitHubError, github_app_from_env, split_repo
+from steward.adapters.github import GitHubApp, GitHubError, split_repo
+from steward.config import Settings
 from steward.domain.errors import BadRequest
 from steward.local.github_twin import GitHubTwin
+from steward.wiring import github_app
 
 from tests.conftest import REGION
 
@@ -319,12 +321,12 @@ def test_app_from_env_reads_the_key_from_secrets_manager(
         "STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID": arn,
         "STEWARD_GITHUB_API_URL": twin.url,
     }
-    with github_app_from_env(env) as app:
+    with github_app(Settings.from_env(env)) as app:
         assert app.installation_token(installation, REPO).repository == REPO
     with pytest.raises(RuntimeError, match="STEWARD_GITHUB_APP_ID"):
-        github_app_from_env({})
+        github_app(Settings.from_env({}))
     with pytest.raises(RuntimeError, match="PRIVATE_KEY"):
-        github_app_from_env({"STEWARD_GITHUB_APP_ID": "1"})
+        github_app(Settings.from_env({"STEWARD_GITHUB_APP_ID": "1"}))
 
 
 @pytest.mark.parametrize("repo", ["octo/..", "octo/.", "octo", "octo/a/b", "-octo/a", ""])

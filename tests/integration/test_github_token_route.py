@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from steward import mint_handler
+from steward import mint_handler, wiring
 from steward.adapters.capability_signer import CapabilityVerifier, KmsCapabilitySigner, kms_client
 from steward.adapters.git import GitError, run_git
 from steward.adapters.github import GitHubApp, GitHubError
@@ -27,8 +27,8 @@ from steward.domain.installations import Installation
 from steward.domain.models import Task, utcnow
 from steward.local.github_twin import GitHubTwin
 from steward.local.http_adapter import LambdaHttpServer
-from steward.services.container import Services
 from steward.services.github_tokens import GitHubTokens
+from steward.wiring import Services
 
 from tests.conftest import REGION
 from tests.support.documents import document
@@ -213,14 +213,12 @@ def endpoint(kit: Kit, monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaHttpSe
     monkeypatch.setenv("STEWARD_GITHUB_APP_ID", str(kit.twin.app_id))
     monkeypatch.setenv("STEWARD_GITHUB_PRIVATE_KEY", kit.twin.app_private_key_pem.decode())
     monkeypatch.setenv("STEWARD_GITHUB_API_URL", kit.twin.url)
-    mint_handler.minter.cache_clear()
-    mint_handler.github_tokens.cache_clear()
+    wiring.reset()
     with LambdaHttpServer(
         mint_handler.lambda_handler, kind="http_api", function_name="steward-mint"
     ) as server:
         yield server
-    mint_handler.minter.cache_clear()
-    mint_handler.github_tokens.cache_clear()
+    wiring.reset()
 
 
 def test_the_route_issues_a_token_and_keeps_it_out_of_logs(

@@ -14,9 +14,9 @@ from steward.adapters.dynamo import count_requests
 from steward.adapters.task_store import SpawnCharge, SpawnRefused
 from steward.domain.models import PlanStatus, TaskStatus
 from steward.domain.tasks import task_for
-from steward.services.container import Services
 from steward.services.heartbeat import LEASE_TTL, Outcome
 from steward.tables import TASKS
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.loop import Loop, build_loop

@@ -7,13 +7,13 @@ import json
 
 import boto3
 import pytest
-from steward import heartbeat_handler
+from steward import heartbeat_handler, wiring
 from steward.adapters.queue import HeartbeatQueue
 from steward.local.event_sources import SqsSource
 from steward.local.http_adapter import LambdaContext
 from steward.queues import HEARTBEAT
-from steward.services.container import Services
 from steward.tables import TASKS
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.loop import Loop, build_loop
@@ -24,7 +24,7 @@ def loop(services: Services, monkeypatch: pytest.MonkeyPatch) -> Loop:
     loop = build_loop(services)
     loop.settings("alice", interval_seconds=1)
     loop.settings("bob", interval_seconds=1)
-    monkeypatch.setattr(heartbeat_handler, "_heartbeat", lambda: loop.heartbeat)
+    monkeypatch.setattr(wiring, "heartbeat", lambda: loop.heartbeat)
     return loop
 
 

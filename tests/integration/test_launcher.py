@@ -19,9 +19,9 @@ from steward.adapters.task_store import TaskStore
 from steward.adapters.ticket_store import TicketStore, ticket_hash
 from steward.domain.launch import RuntimeEndpoints
 from steward.domain.models import Task, TaskStatus, utcnow
-from steward.services.container import Services
 from steward.services.launching import launch_task
 from steward.tables import TASKS, TICKETS
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.fake_ecs import FakeEcs

@@ -22,7 +22,7 @@ from steward.domain.launch import RuntimeEndpoints
 from steward.domain.models import Task
 from steward.local.launcher import LocalLauncher
 from steward.local.moto_server import MotoServer
-from steward.services.container import Services
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from steward.domain.errors import Conflict, LifecycleError, NotFound
 from steward.domain.models import ItemStatus, PlanStatus
-from steward.services.container import Services
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item

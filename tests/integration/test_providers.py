@@ -24,16 +24,17 @@ import boto3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from steward.adapters.price_file import load_price_table
+from steward.adapters.providers import provider_for
+from steward.adapters.providers.bedrock import ENDPOINT_ENV, BedrockProvider
+from steward.adapters.providers.openai_compat import OpenAICompatProvider
+from steward.adapters.providers.scripted import SLOW_ENV, ScriptedProvider
 from steward.domain.budget import Usage, cost_of, input_bound_tokens, max_cost
 from steward.domain.converse import ConverseRequest, Message, payload_bytes
 from steward.domain.errors import ProviderError
-from steward.domain.prices import PRICE_TABLE_ENV, PriceEntry, load_price_table
+from steward.domain.prices import PriceEntry
 from steward.local.converse_server import ConverseServer, ErrorReply, ReceivedConverse, converse_response
 from steward.local.openai_server import OpenAIError, OpenAIServer, ReceivedChat, chat_response
-from steward.providers import provider_for
-from steward.providers.bedrock import ENDPOINT_ENV, BedrockProvider
-from steward.providers.openai_compat import OpenAICompatProvider
-from steward.providers.scripted import SLOW_ENV, ScriptedProvider
 
 pytestmark = pytest.mark.integration
 
@@ -134,7 +135,7 @@ def bedrock_env(converse_server: ConverseServer) -> dict[str, str]:
 def test_bedrock_sends_the_request_as_given_with_the_lowered_max_tokens(
     converse_server: ConverseServer, bedrock_env: dict[str, str]
 ) -> None:
-    provider = provider_for(HAIKU, load_price_table({}).entry(HAIKU), environ=bedrock_env)
+    provider = provider_for(HAIKU, load_price_table().entry(HAIKU), environ=bedrock_env)
     assert isinstance(provider, BedrockProvider)
     result = provider.converse(_request(), max_tokens=123)
 
@@ -151,7 +152,7 @@ def test_bedrock_sends_the_request_as_given_with_the_lowered_max_tokens(
 def test_bedrock_uses_the_provider_model_of_the_entry(
     converse_server: ConverseServer, bedrock_env: dict[str, str]
 ) -> None:
-    entry = load_price_table({}).entry(HAIKU).model_copy(update={"provider_model": "us." + HAIKU})
+    entry = load_price_table().entry(HAIKU).model_copy(update={"provider_model": "us." + HAIKU})
     provider_for(HAIKU, entry, environ=bedrock_env).converse(_user("hi"), max_tokens=5)
     assert converse_server.requests[0].model_id == "us." + HAIKU
     assert converse_server.requests[0].body["inferenceConfig"] == {"maxTokens": 5}
@@ -173,7 +174,7 @@ def test_bedrock_usage_maps_to_usage_and_the_response_passes_through(
         latency_ms=321,
     )
     converse_server.behaviour = lambda call: answer
-    entry = load_price_table({}).entry(HAIKU)
+    entry = load_price_table().entry(HAIKU)
     result = provider_for(HAIKU, entry, environ=bedrock_env).converse(_request(), max_tokens=64)
     assert result.usage == Usage(
         input_tokens=120, output_tokens=30, cache_read_tokens=900, cache_write_tokens=50
@@ -189,7 +190,7 @@ def test_bedrock_response_without_usage_has_usage_none(
     answer = converse_response(text="ok")
     del answer["usage"]
     converse_server.behaviour = lambda call: answer
-    result = provider_for(HAIKU, load_price_table({}).entry(HAIKU), environ=bedrock_env).converse(
+    result = provider_for(HAIKU, load_price_table().entry(HAIKU), environ=bedrock_env).converse(
         _user("hi"), max_tokens=5
     )
     assert result.usage is None
@@ -206,7 +207,7 @@ def test_bedrock_throttling_is_retried_then_a_provider_error_without_content(
         )
 
     converse_server.behaviour = throttle
-    provider = provider_for(HAIKU, load_price_table({}).entry(HAIKU), environ=bedrock_env)
+    provider = provider_for(HAIKU, load_price_table().entry(HAIKU), environ=bedrock_env)
     with pytest.raises(ProviderError) as caught:
         provider.converse(_request(), max_tokens=10)
     assert caught.value.message == "bedrock: ThrottlingException"
@@ -219,7 +220,7 @@ def test_bedrock_validation_error_is_not_retried(
     converse_server: ConverseServer, bedrock_env: dict[str, str]
 ) -> None:
     converse_server.behaviour = lambda call: ErrorReply("ValidationException", f"bad input: {SECRET_PROMPT}")
-    provider = provider_for(HAIKU, load_price_table({}).entry(HAIKU), environ=bedrock_env)
+    provider = provider_for(HAIKU, load_price_table().entry(HAIKU), environ=bedrock_env)
     with pytest.raises(ProviderError, match=r"^bedrock: ValidationException$") as caught:
         provider.converse(_request(), max_tokens=10)
     assert not _leaks(caught.value, SECRET_PROMPT)
@@ -236,7 +237,7 @@ def test_bedrock_unreachable_is_a_provider_error() -> None:
 def test_bedrock_refuses_max_tokens_below_one_before_sending(
     converse_server: ConverseServer, bedrock_env: dict[str, str]
 ) -> None:
-    provider = provider_for(HAIKU, load_price_table({}).entry(HAIKU), environ=bedrock_env)
+    provider = provider_for(HAIKU, load_price_table().entry(HAIKU), environ=bedrock_env)
     with pytest.raises(ValueError, match="max_tokens"):
         provider.converse(_user("hi"), max_tokens=0)
     assert converse_server.requests == []
@@ -567,9 +568,8 @@ def test_a_price_table_override_points_a_model_id_at_a_local_server(
             }
         )
     )
-    environ = {PRICE_TABLE_ENV: str(override)}
-    table = load_price_table(environ)
-    result = provider_for("ollama/llama3.2", table.entry("ollama/llama3.2"), environ=environ).converse(
+    table = load_price_table(str(override))
+    result = provider_for("ollama/llama3.2", table.entry("ollama/llama3.2"), environ={}).converse(
         _user("hello there"), max_tokens=50
     )
     assert openai_server.requests[0].body["model"] == "llama3.2"
@@ -580,7 +580,7 @@ def test_a_price_table_override_points_a_model_id_at_a_local_server(
 
 
 def _scripted(model_id: str = "scripted", environ: dict[str, str] | None = None) -> Any:
-    return provider_for(model_id, load_price_table({}).entry(model_id), environ=environ or {})
+    return provider_for(model_id, load_price_table().entry(model_id), environ=environ or {})
 
 
 def test_scripted_echo_quotes_the_last_user_message_and_derives_usage() -> None:
@@ -685,7 +685,7 @@ def test_scripted_usage_stays_within_the_relay_bounds(
     if with_tools:
         body["toolConfig"] = REQUEST["toolConfig"]
     request = _request(body)
-    entry = load_price_table({}).entry(model_id)
+    entry = load_price_table().entry(model_id)
     result = provider_for(model_id, entry, environ={}).converse(request, max_tokens=max_tokens)
     usage = result.usage
     assert usage is not None
@@ -703,16 +703,16 @@ def test_scripted_usage_stays_within_the_relay_bounds(
 def test_importing_providers_imports_no_heavy_client() -> None:
     code = """
 import json, sys
-import steward.providers
-from steward.domain.prices import load_price_table
+import steward.adapters.providers
+from steward.adapters.price_file import load_price_table
 from steward.domain.converse import ConverseRequest
-table = load_price_table({})
-provider = steward.providers.provider_for("scripted", table.entry("scripted"), environ={})
+table = load_price_table()
+provider = steward.adapters.providers.provider_for("scripted", table.entry("scripted"), environ={})
 provider.converse(ConverseRequest.model_validate(
     {"messages": [{"role": "user", "content": [{"text": "hi"}]}]}), max_tokens=5)
-heavy = ("boto3", "botocore", "httpx", "githubkit", "steward.providers.bedrock", "steward.providers.openai_compat")
+heavy = ("boto3", "botocore", "httpx", "githubkit", "steward.adapters.providers.bedrock", "steward.adapters.providers.openai_compat")
 print(json.dumps(sorted(name for name in sys.modules if name.startswith(heavy))))
 """
-    env = {key: value for key, value in os.environ.items() if key != PRICE_TABLE_ENV}
+    env = {key: value for key, value in os.environ.items() if key != "STEWARD_PRICE_TABLE"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert json.loads(done.stdout) == []

@@ -27,8 +27,8 @@ from steward.config import Settings
 from steward.domain.models import Task, utcnow
 from steward.domain.redaction import redact
 from steward.local.github_twin import GitHubTwin
-from steward.services.container import Services
 from steward.services.publication import STAGES, Publisher, PublishError, PublishResult, StageHook
+from steward.wiring import Services
 
 from tests.conftest import REGION
 from tests.support.documents import document

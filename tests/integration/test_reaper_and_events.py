@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from steward.domain.models import Task, TaskStatus
 from steward.domain.tasks import LAUNCH_GRACE
-from steward.services.container import Services
+from steward.wiring import Services
 
 from tests.support.documents import document
 from tests.support.loop import Loop, build_loop

@@ -20,8 +20,8 @@ from steward.domain.errors import (
     Unauthorized,
 )
 from steward.domain.models import Task, TaskStatus, utcnow
-from steward.services.container import Services
 from steward.services.reaper import Reaper
+from steward.wiring import Services
 
 from tests.support.relay import RelayKit, ask, build_relay
 
@@ -185,8 +185,8 @@ def test_a_provider_reporting_more_than_reserved_is_recorded_as_is(
 ) -> None:
     """A misbehaving provider (its usage exceeds what the request could produce): the truth is
     charged and flagged for the alarm metric, never silently capped."""
+    from steward.adapters.providers.base import ProviderResult  # noqa: PLC0415
     from steward.domain.budget import Usage  # noqa: PLC0415
-    from steward.providers.base import ProviderResult  # noqa: PLC0415
 
     class Liar:
         def converse(self, request: object, *, max_tokens: int) -> ProviderResult:
@@ -207,10 +207,10 @@ def test_the_relay_lambda_answers_429_with_retry_after_over_http(
     kit: RelayKit, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import httpx  # noqa: PLC0415
-    from steward import relay_handler  # noqa: PLC0415
+    from steward import relay_handler, wiring  # noqa: PLC0415
     from steward.local.http_adapter import LambdaHttpServer  # noqa: PLC0415
 
-    monkeypatch.setattr(relay_handler, "relay", lambda: kit.relay)
+    monkeypatch.setattr(wiring, "relay", lambda: kit.relay)
     task = kit.running_task(budget="0.01")
     reserve(kit, task, "rheld", cost=Decimal("0.0099"), cap=Decimal("0.01"), minutes=5)
     with LambdaHttpServer(relay_handler.lambda_handler, kind="rest_api") as server:

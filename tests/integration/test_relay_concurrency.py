@@ -15,13 +15,13 @@ import boto3
 import pytest
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
+from steward.adapters.price_file import load_price_table
 from steward.config import Settings
 from steward.domain.budget import input_bound_tokens, max_cost
 from steward.domain.converse import ConverseRequest, payload_bytes
 from steward.domain.errors import BudgetExhausted, RetryLater
-from steward.domain.prices import load_price_table
 from steward.local.moto_server import MotoServer
-from steward.services.container import Services
+from steward.wiring import Services
 
 from tests.support.relay import RelayKit, ask, build_relay
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from steward.adapters.dynamo import count_requests
-from steward.services.container import Services
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item

@@ -17,7 +17,7 @@ from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
 from steward.runner.main import RedactingFilter
 from steward.runner.run import Run
-from steward.services.container import Services
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item

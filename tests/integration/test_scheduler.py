@@ -14,10 +14,11 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
-from steward import scheduler_handler
+from steward import wiring
 from steward.adapters.dynamo import Tables, count_requests
 from steward.adapters.liveness import SHARDS, LivenessIndex
 from steward.adapters.queue import HeartbeatQueue, TickSendError, count_sqs_requests, queue_url
+from steward.config import Settings
 from steward.domain.ids import LIVE_SHARDS, live_shard
 from steward.local.http_adapter import LambdaContext
 from steward.queues import HEARTBEAT
@@ -320,9 +321,9 @@ def test_scheduler_reads_only_the_live_users_among_10000(
 
 @pytest.fixture
 def fresh_scheduler() -> Iterator[None]:
-    scheduler_handler.scheduler.cache_clear()
+    wiring.reset()
     yield
-    scheduler_handler.scheduler.cache_clear()
+    wiring.reset()
 
 
 @pytest.mark.usefixtures("fresh_scheduler")
@@ -356,4 +357,4 @@ def test_a_bad_tick_period_is_refused_naming_the_variable(
 ) -> None:
     monkeypatch.setenv("STEWARD_TICK_SECONDS", period)
     with pytest.raises(ValueError, match="STEWARD_TICK_SECONDS"):
-        scheduler_handler.Scheduler.from_env()
+        Settings.from_env()

@@ -12,8 +12,8 @@ import pytest
 from steward.domain.errors import Conflict, LifecycleError
 from steward.domain.models import ItemStatus, PlanStatus, utcnow
 from steward.domain.tasks import task_for
-from steward.services.container import Services
 from steward.tables import TASKS
+from steward.wiring import Services
 
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item

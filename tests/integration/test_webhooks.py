@@ -27,7 +27,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from steward import webhook_handler
+from steward import webhook_handler, wiring
 from steward.adapters.delivery_store import DeliveryStore
 from steward.adapters.dynamo import Tables, count_requests, plain
 from steward.adapters.installation_store import InstallationStore
@@ -35,7 +35,6 @@ from steward.adapters.task_store import TaskStore
 from steward.domain.installations import Installation
 from steward.domain.models import Task, TaskStatus, utcnow
 from steward.local.http_adapter import LambdaContext, LambdaHttpServer
-from steward.services.container import Services
 from steward.services.webhooks import (
     InstallationChange,
     InstallationSync,
@@ -44,6 +43,7 @@ from steward.services.webhooks import (
     merge,
 )
 from steward.tables import DELIVERIES, EVENTS, INSTALLATIONS, PLANS, TASKS, USERS
+from steward.wiring import Services
 
 from tests.support.documents import document
 from tests.support.plans import spawn_item
@@ -504,12 +504,12 @@ def endpoint(services: Services, monkeypatch: pytest.MonkeyPatch) -> Iterator[La
     monkeypatch.setenv("STEWARD_TABLE_PREFIX", services.tables.prefix)
     monkeypatch.setenv("STEWARD_WEBHOOK_SECRET", SECRET)
     monkeypatch.delenv("STEWARD_WEBHOOK_SECRET_ID", raising=False)
-    webhook_handler.service.cache_clear()
+    wiring.reset()
     with LambdaHttpServer(
         webhook_handler.lambda_handler, kind="function_url", function_name="steward-webhook"
     ) as server:
         yield server
-    webhook_handler.service.cache_clear()
+    wiring.reset()
 
 
 def post(server: LambdaHttpServer, item: Delivery, path: str = "/") -> httpx.Response:
@@ -762,7 +762,7 @@ def test_an_unset_secret_refuses_everything(services: Services, monkeypatch: pyt
     monkeypatch.setenv("STEWARD_TABLE_PREFIX", services.tables.prefix)
     monkeypatch.delenv("STEWARD_WEBHOOK_SECRET", raising=False)
     monkeypatch.delenv("STEWARD_WEBHOOK_SECRET_ID", raising=False)
-    webhook_handler.service.cache_clear()
+    wiring.reset()
     before = stored(services.tables)
     payload = pull_request_payload("opened", branch=task.branch)
     try:
@@ -772,7 +772,7 @@ def test_an_unset_secret_refuses_everything(services: Services, monkeypatch: pyt
                 assert response.status_code == 401
                 assert response.json()["error"]["code"] == "unauthorized"
     finally:
-        webhook_handler.service.cache_clear()
+        wiring.reset()
     assert stored(services.tables) == before
 
 
@@ -1134,7 +1134,7 @@ def test_the_handler_reads_a_base64_body_and_a_secret_from_secrets_manager(
     monkeypatch.setenv("STEWARD_TABLE_PREFIX", world.services.tables.prefix)
     monkeypatch.delenv("STEWARD_WEBHOOK_SECRET", raising=False)
     monkeypatch.setenv("STEWARD_WEBHOOK_SECRET_ID", secret_id)
-    webhook_handler.service.cache_clear()
+    wiring.reset()
     try:
         item = delivery("pull_request", pull_request_payload("opened", branch=world.task.branch))
         result = webhook_handler.lambda_handler(
@@ -1143,13 +1143,13 @@ def test_the_handler_reads_a_base64_body_and_a_secret_from_secrets_manager(
         assert result["statusCode"] == 200
         assert json.loads(result["body"]) == {"status": "applied"}
         assert world.current().status is TaskStatus.REVIEW
-        assert "It's a Secret" not in repr(webhook_handler.service())
+        assert "It's a Secret" not in repr(wiring.webhook_receiver())
         again = webhook_handler.lambda_handler(
             _function_url_event(item, base64_body=False), LambdaContext("hook")
         )
         assert json.loads(again["body"]) == {"status": "duplicate"}
     finally:
-        webhook_handler.service.cache_clear()
+        wiring.reset()
 
 
 def test_the_handler_answers_other_routes_with_a_json_404(endpoint: LambdaHttpServer) -> None:

@@ -13,9 +13,9 @@ from steward.adapters.user_store import UserStore
 from steward.domain.launch import RuntimeEndpoints
 from steward.domain.loop import LoopSettingsUpdate
 from steward.domain.models import utcnow
-from steward.services.container import Services
 from steward.services.heartbeat import Heartbeat
 from steward.services.reaper import Reaper
+from steward.wiring import Services
 
 from tests.support.fake_ecs import FakeEcs
 

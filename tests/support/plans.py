@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from steward.domain.models import Plan, Task, utcnow
 from steward.domain.tasks import task_for
-from steward.services.container import Services
+from steward.wiring import Services
 
 
 def spawn_item(services: Services, plan: Plan, ordinal: int, attempt: int = 1) -> tuple[Task, bool]:

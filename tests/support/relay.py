@@ -3,6 +3,7 @@ running tasks with capabilities, built the way the loop and a runtime build them
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import timedelta
@@ -12,13 +13,13 @@ from typing import Any
 import boto3
 from steward.adapters.budget_store import BudgetStore
 from steward.adapters.capability_signer import CapabilityVerifier, KmsCapabilitySigner
+from steward.adapters.price_file import load_price_table
+from steward.adapters.providers import provider_for
 from steward.domain.capability import capability_claims
 from steward.domain.models import Task, utcnow
-from steward.domain.prices import load_price_table
 from steward.domain.tasks import task_for
-from steward.providers import provider_for
-from steward.services.container import Services
 from steward.services.relay import Relay
+from steward.wiring import Services
 
 from tests.support.documents import document
 
@@ -75,5 +76,10 @@ def build_relay(services: Services, **client_kwargs: Any) -> RelayKit:
     signer = KmsCapabilitySigner(kms, key_id)
     verifier = CapabilityVerifier.from_kms(kms, [key_id])
     budget = BudgetStore(services.tables)
-    relay = Relay(verify=verifier.verify, budget=budget, prices=load_price_table(), provider_for=provider_for)
+    relay = Relay(
+        verify=verifier.verify,
+        budget=budget,
+        prices=load_price_table(),
+        provider_for=functools.partial(provider_for, environ={}),
+    )
     return RelayKit(services, signer, relay, budget)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from steward.adapters.price_file import load_price_table
 from steward.domain.budget import (
     Usage,
     affordable_max_tokens,
@@ -21,7 +22,7 @@ from steward.domain.budget import (
     per_token,
 )
 from steward.domain.errors import Forbidden
-from steward.domain.prices import PRICE_TABLE_ENV, PriceEntry, PriceTable, UnknownModel, load_price_table
+from steward.domain.prices import PriceEntry, PriceTable, UnknownModel
 
 HAIKU = "anthropic.claude-3-5-haiku-20241022-v1:0"
 NOVA = "amazon.nova-lite-v1:0"
@@ -48,7 +49,7 @@ def _entry(**overrides: Any) -> PriceEntry:
 
 
 def test_packaged_table_has_the_models_the_relay_and_demo_use() -> None:
-    table = load_price_table({})
+    table = load_price_table()
     assert table.version == "2026-11-01"
     for model_id in (
         "scripted",
@@ -82,7 +83,7 @@ def test_packaged_table_has_the_models_the_relay_and_demo_use() -> None:
 
 
 def test_unknown_model_is_a_403_naming_the_model() -> None:
-    table = load_price_table({})
+    table = load_price_table()
     with pytest.raises(UnknownModel) as caught:
         table.entry("gpt-imaginary")
     assert isinstance(caught.value, Forbidden)
@@ -91,12 +92,10 @@ def test_unknown_model_is_a_403_naming_the_model() -> None:
     assert caught.value.to_body()["error"] == {"code": "unknown_model", "message": caught.value.message}
 
 
-def test_load_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_blank_path_is_the_packaged_table(tmp_path: Path) -> None:
     override = _write(tmp_path / "p.json", {"version": "env", "models": {}})
-    monkeypatch.setenv(PRICE_TABLE_ENV, str(override))
-    assert load_price_table().version == "2026-11-01+env"
-    monkeypatch.setenv(PRICE_TABLE_ENV, "  ")
-    assert load_price_table().version == "2026-11-01"
+    assert load_price_table(str(override)).version == "2026-11-01+env"
+    assert load_price_table("  ").version == "2026-11-01"
 
 
 # -- overrides ---------------------------------------------------------------------------------
@@ -116,23 +115,23 @@ def test_override_file_extends_and_replaces_entries_by_id(tmp_path: Path) -> Non
           }
         }""",
     )
-    table = load_price_table({PRICE_TABLE_ENV: str(override)})
+    table = load_price_table(str(override))
     assert table.version == "2026-11-01+custom-1"
     assert table.entry("scripted").input_per_mtok == Decimal("2.5")
     assert table.entry("scripted").output_per_mtok == Decimal("7.125")
     assert table.entry("scripted").max_output_tokens == 100
     assert table.entry("vllm/qwen").api_key_secret == "steward/vllm-key"
-    assert table.entry(HAIKU) == load_price_table({}).entry(HAIKU)  # the rest is untouched
-    assert load_price_table({}).entry("scripted").input_per_mtok == Decimal("1.00")  # packaged unchanged
+    assert table.entry(HAIKU) == load_price_table().entry(HAIKU)  # the rest is untouched
+    assert load_price_table().entry("scripted").input_per_mtok == Decimal("1.00")  # packaged unchanged
 
 
 def test_an_edited_override_file_is_picked_up(tmp_path: Path) -> None:
     path = _write(tmp_path / "prices.json", {"version": "a", "models": {}})
-    assert load_price_table({PRICE_TABLE_ENV: str(path)}).version == "2026-11-01+a"
+    assert load_price_table(str(path)).version == "2026-11-01+a"
     _write(path, {"version": "b", "models": {}})
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert load_price_table({PRICE_TABLE_ENV: str(path)}).version == "2026-11-01+b"
+    assert load_price_table(str(path)).version == "2026-11-01+b"
 
 
 @pytest.mark.parametrize(
@@ -246,7 +245,7 @@ def test_a_bad_override_file_names_the_file_and_the_field(
 ) -> None:
     path = _write(tmp_path / "bad-prices.json", content)
     with pytest.raises(ValueError, match="price table") as caught:
-        load_price_table({PRICE_TABLE_ENV: str(path)})
+        load_price_table(str(path))
     message = str(caught.value)
     assert str(path) in message
     assert expected in message
@@ -255,7 +254,7 @@ def test_a_bad_override_file_names_the_file_and_the_field(
 def test_a_missing_override_file_is_a_clear_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope.json"
     with pytest.raises(ValueError, match=r"price table .*nope\.json: cannot read"):
-        load_price_table({PRICE_TABLE_ENV: str(missing)})
+        load_price_table(str(missing))
 
 
 def test_prices_refuse_floats_but_take_strings_and_decimals() -> None:
@@ -278,7 +277,7 @@ def test_per_token_is_exact() -> None:
 
 
 def test_cost_counts_each_token_kind_once_at_its_own_price() -> None:
-    haiku = load_price_table({}).entry(HAIKU)
+    haiku = load_price_table().entry(HAIKU)
     usage = Usage(input_tokens=1000, output_tokens=500, cache_read_tokens=2000, cache_write_tokens=100)
     # 1000 * 0.80 + 500 * 4.00 + 2000 * 0.08 + 100 * 1.00, per million
     assert cost_of(haiku, usage) == Decimal("0.00306")
@@ -302,11 +301,11 @@ def test_input_bound_is_the_byte_count() -> None:
 
 
 def test_max_cost_prices_input_at_the_highest_input_side_price_plus_overhead() -> None:
-    haiku = load_price_table({}).entry(HAIKU)
+    haiku = load_price_table().entry(HAIKU)
     assert haiku.input_overhead_tokens == 1024
     # (1000 + 1024) tokens at the cache-write price 1.00 (the highest) + 100 at 4.00, per million
     assert max_cost(haiku, 1000, 100) == Decimal("0.002424")
-    scripted = load_price_table({}).entry("scripted")
+    scripted = load_price_table().entry("scripted")
     assert max_cost(scripted, 400, 1000) == Decimal("0.0054")
 
 

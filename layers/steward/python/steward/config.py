@@ -1,17 +1,47 @@
-"""Deployment settings, read once from the environment (Lambda, Fargate and the local stack
-set the same variables)."""
+"""Deployment settings: every `STEWARD_*` variable a Lambda function reads, in one list.
+
+`SETTINGS` names each variable, the functions that read it and whether a deployment must
+set it; the CDK app gives each function exactly its variables from this list, and the
+README's configuration table is checked against it. `Settings.from_env` is the one parser:
+it reads the environment once (the composition root, `steward.wiring`, calls it) and
+answers a clear `ValueError` naming the variable for a malformed value. Required variables
+have local defaults where the local stack can supply one; `Settings.require` names a
+missing one when the part that needs it is built.
+
+The runtime (`steward.runner`) is not a Lambda function: its own variables are read by
+`steward.runner.config`.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
 
 from steward.domain.documents import DocumentPolicy
 
+Function = Literal["api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint"]
+FUNCTIONS: tuple[Function, ...] = ("api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint")
+ALL: frozenset[Function] = frozenset(FUNCTIONS)
+LAUNCHING: frozenset[Function] = frozenset({"heartbeat", "reaper"})
 
-def _decimal(name: str, default: str) -> Decimal:
-    raw = os.environ.get(name, default)
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: who reads it, whether a deployment must set it, and (as
+    `Settings` field `attr`) how it is parsed. `secret` values are never logged or shown."""
+
+    env: str
+    attr: str
+    functions: frozenset[Function]
+    required: bool
+    doc: str
+    secret: bool = False
+
+
+def _decimal_usd(name: str, raw: str) -> Decimal:
     try:
         value = Decimal(raw)
     except InvalidOperation as exc:
@@ -21,26 +51,346 @@ def _decimal(name: str, default: str) -> Decimal:
     return value
 
 
+def _positive_int(name: str, raw: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def _optional_int(name: str, raw: str) -> int | None:
+    return _positive_int(name, raw) if raw else None
+
+
+def _csv(_: str, raw: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in raw.split(",") if v.strip())
+
+
+def _text(_: str, raw: str) -> str:
+    return raw
+
+
+def _optional(_: str, raw: str) -> str | None:
+    return raw or None
+
+
+def _launcher(name: str, raw: str) -> str:
+    if raw not in ("fargate", "local"):
+        raise ValueError(f"{name} must be 'fargate' or 'local', got {raw!r}")
+    return raw
+
+
+def _lifetime(name: str, raw: str) -> int:
+    value = _positive_int(name, raw)
+    if value > 7200:
+        raise ValueError(f"{name} must be at most 7200 seconds (a capability lives at most 2 h), got {raw!r}")
+    return value
+
+
+def _non_negative_float(name: str, raw: str) -> float | None:
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc
+    if not value >= 0:
+        raise ValueError(f"{name} must be a non-negative number of seconds, got {raw!r}")
+    return value
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {}
+
+
+def _setting(
+    env: str,
+    attr: str,
+    functions: frozenset[Function] | set[Function],
+    *,
+    required: bool = False,
+    parse: Callable[[str, str], Any] = _optional,
+    doc: str,
+    secret: bool = False,
+) -> Setting:
+    _PARSERS[attr] = parse
+    return Setting(env, attr, frozenset(functions), required, doc, secret)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    _setting(
+        "STEWARD_TABLE_PREFIX",
+        "table_prefix",
+        ALL,
+        required=True,
+        parse=_text,
+        doc="name prefix of the DynamoDB tables",
+    ),
+    _setting(
+        "STEWARD_ARTIFACTS_BUCKET",
+        "artifacts_bucket",
+        {"api"},
+        required=True,
+        parse=_text,
+        doc="S3 bucket of the runs' artifacts",
+    ),
+    _setting(
+        "STEWARD_MAX_BUDGET_USD",
+        "max_budget_usd",
+        {"api"},
+        parse=_decimal_usd,
+        doc="largest budget_usd a plan may ask for per task",
+    ),
+    _setting(
+        "STEWARD_DEFAULT_BUDGET_USD",
+        "default_budget_usd",
+        {"api"},
+        parse=_decimal_usd,
+        doc="budget_usd of a plan that names none",
+    ),
+    _setting(
+        "STEWARD_DEFAULT_MODEL", "default_model", {"api"}, parse=_text, doc="model of a plan that names none"
+    ),
+    _setting(
+        "STEWARD_QUEUE_PREFIX",
+        "queue_prefix",
+        {"scheduler"},
+        doc="name prefix of the heartbeat queue (default: the table prefix)",
+    ),
+    _setting(
+        "STEWARD_TICK_SECONDS",
+        "tick_seconds",
+        {"scheduler"},
+        parse=_positive_int,
+        doc="the scheduler's tick window, normally its schedule's rate",
+    ),
+    _setting(
+        "STEWARD_CAPABILITY_KEY_ID",
+        "capability_key_ids",
+        {"relay", "mint"},
+        required=True,
+        parse=_csv,
+        doc="KMS key id(s) of capabilities, comma-separated: the first signs, all verify (rotation)",
+    ),
+    _setting(
+        "STEWARD_CAPABILITY_LIFETIME",
+        "capability_lifetime",
+        {"mint"},
+        parse=_lifetime,
+        doc="capability lifetime in seconds (at most 7200)",
+    ),
+    _setting(
+        "STEWARD_PRICE_TABLE",
+        "price_table",
+        {"relay", "mint"},
+        doc="path of a JSON price table extending the packaged one",
+    ),
+    _setting(
+        "STEWARD_BEDROCK_ENDPOINT_URL",
+        "bedrock_endpoint_url",
+        {"relay"},
+        doc="Bedrock Runtime endpoint (unset: the region's)",
+    ),
+    _setting(
+        "STEWARD_SCRIPTED_PLAYBOOK",
+        "scripted_playbook",
+        {"relay"},
+        doc="playbook file of the scripted model (unset: the packaged one)",
+    ),
+    _setting(
+        "STEWARD_SCRIPTED_SLOW_SECONDS",
+        "scripted_slow_seconds",
+        {"relay"},
+        parse=_non_negative_float,
+        doc="delay of the scripted 'slow' policy",
+    ),
+    _setting(
+        "STEWARD_GITHUB_APP_ID",
+        "github_app_id",
+        {"mint"},
+        required=True,
+        parse=_optional_int,
+        doc="the GitHub App's numeric id",
+    ),
+    _setting(
+        "STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID",
+        "github_private_key_secret_id",
+        {"mint"},
+        required=True,
+        doc="Secrets Manager secret holding the App's private key (PEM)",
+    ),
+    _setting(
+        "STEWARD_GITHUB_PRIVATE_KEY",
+        "github_private_key",
+        {"mint"},
+        secret=True,
+        doc="the App's private key itself (local stack; in AWS use the secret id)",
+    ),
+    _setting(
+        "STEWARD_GITHUB_API_URL",
+        "github_api_url",
+        {"mint"},
+        doc="GitHub's REST API (unset: api.github.com; locally the twin)",
+    ),
+    _setting(
+        "STEWARD_WEBHOOK_SECRET_ID",
+        "webhook_secret_id",
+        {"webhook"},
+        required=True,
+        doc="Secrets Manager secret holding the webhook secret",
+    ),
+    _setting(
+        "STEWARD_WEBHOOK_SECRET",
+        "webhook_secret",
+        {"webhook"},
+        secret=True,
+        doc="the webhook secret itself (local stack; in AWS use the secret id)",
+    ),
+    _setting(
+        "STEWARD_LAUNCHER",
+        "launcher",
+        LAUNCHING,
+        parse=_launcher,
+        doc="'fargate' (AWS) or 'local' (runtimes as local processes)",
+    ),
+    _setting(
+        "STEWARD_ECS_CLUSTER", "ecs_cluster", LAUNCHING, required=True, doc="ECS cluster the runtimes run in"
+    ),
+    _setting(
+        "STEWARD_RUNNER_TASK_DEFINITION",
+        "runner_task_definition",
+        LAUNCHING,
+        required=True,
+        doc="task definition of the runtime",
+    ),
+    _setting(
+        "STEWARD_RUNNER_CONTAINER",
+        "runner_container",
+        LAUNCHING,
+        parse=_text,
+        doc="the runtime's container name in its task definition",
+    ),
+    _setting(
+        "STEWARD_RUNNER_SUBNETS",
+        "runner_subnets",
+        {"heartbeat"},
+        required=True,
+        parse=_csv,
+        doc="subnets of the runtime's tasks, comma-separated",
+    ),
+    _setting(
+        "STEWARD_RUNNER_SECURITY_GROUPS",
+        "runner_security_groups",
+        {"heartbeat"},
+        required=True,
+        parse=_csv,
+        doc="security groups of the runtime's tasks, comma-separated",
+    ),
+    _setting(
+        "STEWARD_API_URL",
+        "api_url",
+        {"heartbeat"},
+        required=True,
+        parse=_text,
+        doc="the control plane's URL, handed to each runtime",
+    ),
+    _setting(
+        "STEWARD_RELAY_URL",
+        "relay_url",
+        {"heartbeat"},
+        required=True,
+        parse=_text,
+        doc="the relay's URL, handed to each runtime",
+    ),
+    _setting(
+        "STEWARD_RUNTIME_LOG_DIR",
+        "runtime_log_dir",
+        LAUNCHING,
+        doc="local launcher only: directory of the runtimes' logs",
+    ),
+)
+
+_DEFAULTS: dict[str, str] = {
+    "STEWARD_TABLE_PREFIX": "steward-",
+    "STEWARD_ARTIFACTS_BUCKET": "steward-artifacts",
+    "STEWARD_MAX_BUDGET_USD": "10.00",
+    "STEWARD_DEFAULT_BUDGET_USD": "2.00",
+    "STEWARD_DEFAULT_MODEL": "scripted",
+    "STEWARD_TICK_SECONDS": "60",
+    "STEWARD_CAPABILITY_LIFETIME": "3600",
+    "STEWARD_LAUNCHER": "fargate",
+    "STEWARD_RUNNER_CONTAINER": "runner",
+}
+
+# What the local launcher hands its runtimes besides their own four variables, as a Fargate
+# task definition would carry them (DESIGN section 6).
+RUNTIME_PASSED = ("STEWARD_STREAM_URL", "STEWARD_SANDBOX_UID", "STEWARD_WORK_DIR", "STEWARD_KEEP_WORK")
+RUNTIME_PASSED_PREFIXES = ("STEWARD_RUNNER_", "STEWARD_CHECK_")
+
+
 @dataclass(frozen=True)
 class Settings:
+    """The parsed settings (see `SETTINGS` for what each means). Secrets are kept out of repr."""
+
     table_prefix: str = "steward-"
     artifacts_bucket: str = "steward-artifacts"
     max_budget_usd: Decimal = Decimal("10.00")
     default_budget_usd: Decimal = Decimal("2.00")
     default_model: str = "scripted"
+    queue_prefix: str | None = None
+    tick_seconds: int = 60
+    capability_key_ids: tuple[str, ...] = ()
+    capability_lifetime: int = 3600
+    price_table: str | None = None
+    bedrock_endpoint_url: str | None = None
+    scripted_playbook: str | None = None
+    scripted_slow_seconds: float | None = None
+    github_app_id: int | None = None
+    github_private_key_secret_id: str | None = None
+    github_private_key: str | None = field(default=None, repr=False)
+    github_api_url: str | None = None
+    webhook_secret_id: str | None = None
+    webhook_secret: str | None = field(default=None, repr=False)
+    launcher: str = "fargate"
+    ecs_cluster: str | None = None
+    runner_task_definition: str | None = None
+    runner_container: str = "runner"
+    runner_subnets: tuple[str, ...] = ()
+    runner_security_groups: tuple[str, ...] = ()
+    api_url: str = ""
+    relay_url: str = ""
+    runtime_log_dir: str | None = None
+    region: str | None = None
+    aws_endpoint_url: str | None = None  # set only locally (the moto server)
+    runtime_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
-    def from_env(cls) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Parse every setting; ValueError naming the variable for a malformed one."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for setting in SETTINGS:
+            raw = env.get(setting.env, "").strip() or _DEFAULTS.get(setting.env, "")
+            values[setting.attr] = _PARSERS[setting.attr](setting.env, raw)
+        # The runtime's bounds pass through unparsed: the runtime validates its own settings.
+        passed = sorted(
+            (k, v) for k, v in env.items() if k in RUNTIME_PASSED or k.startswith(RUNTIME_PASSED_PREFIXES)
+        )
         settings = cls(
-            table_prefix=os.environ.get("STEWARD_TABLE_PREFIX", cls.table_prefix),
-            artifacts_bucket=os.environ.get("STEWARD_ARTIFACTS_BUCKET", cls.artifacts_bucket),
-            max_budget_usd=_decimal("STEWARD_MAX_BUDGET_USD", str(cls.max_budget_usd)),
-            default_budget_usd=_decimal("STEWARD_DEFAULT_BUDGET_USD", str(cls.default_budget_usd)),
-            default_model=os.environ.get("STEWARD_DEFAULT_MODEL", cls.default_model),
+            **values,
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            aws_endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            runtime_env=tuple(passed),
         )
         if settings.default_budget_usd > settings.max_budget_usd:
             raise ValueError("STEWARD_DEFAULT_BUDGET_USD exceeds STEWARD_MAX_BUDGET_USD")
         return settings
+
+    def require(self, attr: str) -> Any:
+        """The value of `attr`; RuntimeError naming its variable when it is not set."""
+        value = getattr(self, attr)
+        if value in (None, "", ()):
+            env = next(s.env for s in SETTINGS if s.attr == attr)
+            raise RuntimeError(f"{env} is not set")
+        return value
 
     @property
     def document_policy(self) -> DocumentPolicy:
@@ -49,3 +399,12 @@ class Settings:
             default_budget_usd=self.default_budget_usd,
             default_model=self.default_model,
         )
+
+    @property
+    def heartbeat_queue_prefix(self) -> str:
+        return self.queue_prefix or self.table_prefix
+
+
+def settings_for(function: Function) -> tuple[Setting, ...]:
+    """The variables `function` reads (the CDK app sets exactly these)."""
+    return tuple(s for s in SETTINGS if function in s.functions)

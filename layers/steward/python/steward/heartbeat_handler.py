@@ -8,21 +8,20 @@ failure, so SQS redelivers it and the rest of that user's group waits behind it.
 from __future__ import annotations
 
 import json
-from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from steward.services.heartbeat import Heartbeat
-from steward.services.wiring import heartbeat_from_env
+from steward import wiring
+from steward.observability import logger_for, metrics_for, tracer_for
 
-logger = Logger(service="steward-heartbeat")
-metrics = Metrics(namespace="Steward", service="heartbeat")
+logger = logger_for("heartbeat")
+metrics = metrics_for("heartbeat")
+tracer = tracer_for("heartbeat")
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 
 
@@ -32,11 +31,6 @@ class TickMessage(BaseModel):
     window: str = ""
 
 
-@cache
-def _heartbeat() -> Heartbeat:
-    return heartbeat_from_env()
-
-
 def record_handler(record: SQSRecord) -> str:
     try:
         message = TickMessage.model_validate(json.loads(record.body))
@@ -44,7 +38,7 @@ def record_handler(record: SQSRecord) -> str:
         logger.error("dropping a malformed tick message", extra={"message_id": record.message_id})
         metrics.add_metric(name="MalformedTicks", unit=MetricUnit.Count, value=1)
         return "dropped"
-    report = _heartbeat().tick(message.user)
+    report = wiring.heartbeat().tick(message.user)
     metrics.add_metric(name=f"Tick_{report.outcome.value}", unit=MetricUnit.Count, value=1)
     if report.spawned:
         metrics.add_metric(name="TasksSpawned", unit=MetricUnit.Count, value=len(report.spawned))
@@ -56,6 +50,7 @@ def record_handler(record: SQSRecord) -> str:
 
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return dict(
         process_partial_response(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.exceptions import ClientError
 
-from steward.adapters.dynamo import BOTO_CONFIG, error_code
+from steward.adapters import aws
+from steward.adapters.dynamo import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -20,7 +20,7 @@ PRESIGN_SECONDS = 300
 class ArtifactStore:
     def __init__(self, bucket: str, client: S3Client | None = None, **client_kwargs: Any) -> None:
         self.bucket = bucket
-        self._s3: S3Client = client or boto3.client("s3", config=BOTO_CONFIG, **client_kwargs)
+        self._s3: S3Client = client or aws.client("s3", **client_kwargs)
 
     @staticmethod
     def key(task_id: str, name: str) -> str:

@@ -12,7 +12,6 @@ exists, so a second settlement, or one after the reaper expired it, changes noth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -20,42 +19,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import Tables, is_conditional_failure, old_item, plain
+from steward.domain.budget import Refusal, Settlement
 from steward.domain.ids import live_shard
 from steward.domain.models import TaskStatus, iso
 from steward.tables import TASKS
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why a reservation was refused, read from the item the failed condition saw."""
-
-    found: bool
-    owner: str | None
-    status: str | None
-    model: str | None
-    budget_usd: Decimal
-    cost_usd: Decimal  # settled
-    committed_usd: Decimal  # settled + in flight
-    earliest_expiry: datetime | None
-
-    def room(self, token_cap: Decimal) -> Decimal:
-        """What a new reservation could take now."""
-        return min(self.budget_usd, token_cap) - self.committed_usd
-
-    def settled_room(self, token_cap: Decimal) -> Decimal:
-        """What would be left if every call in flight were released."""
-        return min(self.budget_usd, token_cap) - self.cost_usd
-
-
-@dataclass(frozen=True)
-class Settlement:
-    applied: bool  # False: the reservation was already settled or expired
-    cost_usd: Decimal  # settled spend after this settlement
-    committed_usd: Decimal
-    headroom_usd: Decimal  # task budget - committed
-
-    def remaining(self, token_cap: Decimal) -> Decimal:
-        return max(Decimal(0), min(self.headroom_usd, token_cap - self.committed_usd))
 
 
 def _decimal(value: Any) -> Decimal:

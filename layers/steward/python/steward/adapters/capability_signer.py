@@ -20,14 +20,13 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-import boto3
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.hazmat.primitives.serialization import load_der_public_key, load_pem_public_key
 from pydantic import ValidationError
 
-from steward.adapters.dynamo import BOTO_CONFIG
+from steward.adapters import aws
 from steward.domain.capability import (
     AUDIENCE,
     ISSUER,
@@ -49,7 +48,7 @@ _MAX_TOKEN_LENGTH = 4096  # a capability is ~600 characters; a much longer strin
 
 def kms_client(**client_kwargs: Any) -> KMSClient:
     """A KMS client with the shared retry settings (the only place capabilities meet boto3)."""
-    return boto3.client("kms", config=BOTO_CONFIG, **client_kwargs)
+    return aws.client("kms", **client_kwargs)  # type: ignore[no-any-return]
 
 
 def _b64url(data: bytes) -> str:

@@ -1,7 +1,7 @@
 """DynamoDB plumbing shared by the stores: table handles, error mapping, cursors.
 
-Only adapters import boto3. Stores speak the high-level resource API, whose client also
-serializes TransactWriteItems arguments.
+Stores speak the high-level resource API, whose client also serializes TransactWriteItems
+arguments; the resource comes from `steward.adapters.aws`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from contextlib import AbstractContextManager, contextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from boto3.dynamodb.types import TypeDeserializer
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from steward.adapters import aws
 from steward.domain.errors import BadRequest
 from steward.tables import ALL_TABLES, TableSpec
 
@@ -28,11 +27,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
 
 _deserializer = TypeDeserializer()
-
-# Standard retry mode retries throttles and transient faults with backoff; every store write
-# is conditional, so a retried write that had in fact succeeded fails its condition instead
-# of applying twice, and the stores treat that as the no-op it is.
-BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=10)
 
 
 class Tables:
@@ -45,7 +39,7 @@ class Tables:
 
     @classmethod
     def connect(cls, prefix: str, **client_kwargs: Any) -> Tables:
-        resource = boto3.resource("dynamodb", config=BOTO_CONFIG, **client_kwargs)
+        resource = aws.resource("dynamodb", **client_kwargs)
         return cls(resource, prefix)
 
     def table(self, spec: TableSpec) -> Table:

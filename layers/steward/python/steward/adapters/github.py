@@ -19,11 +19,10 @@ whose request carries the Authorization header, is not chained).
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
@@ -408,35 +407,3 @@ def _check_scope(body: Any, repo: str, operation: str) -> None:
                 problem = "permissions other than contents:write and pull_requests:write"
     if problem:
         raise GitHubError(f"GitHub {operation}: the token has {problem}; refused", operation=operation)
-
-
-def private_key_from_env(environ: Mapping[str, str]) -> str:
-    """The App's PEM: STEWARD_GITHUB_PRIVATE_KEY, or the Secrets Manager secret named by
-    STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID (its SecretString)."""
-    pem = environ.get("STEWARD_GITHUB_PRIVATE_KEY", "")
-    if pem:
-        return pem
-    secret_id = environ.get("STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID", "")
-    if not secret_id:
-        raise RuntimeError("set STEWARD_GITHUB_PRIVATE_KEY or STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID")
-    import boto3  # noqa: PLC0415 - only this path needs Secrets Manager
-
-    from steward.adapters.dynamo import BOTO_CONFIG  # noqa: PLC0415
-
-    client = boto3.client("secretsmanager", config=BOTO_CONFIG)
-    value = client.get_secret_value(SecretId=secret_id).get("SecretString", "")
-    if not value:
-        raise RuntimeError("the GitHub App private key secret has no SecretString")
-    return value
-
-
-def github_app_from_env(environ: Mapping[str, str] | None = None) -> GitHubApp:
-    """The App from STEWARD_GITHUB_APP_ID, its private key (see `private_key_from_env`) and
-    STEWARD_GITHUB_API_URL (unset: api.github.com; locally: the twin)."""
-    env = os.environ if environ is None else environ
-    raw_id = env.get("STEWARD_GITHUB_APP_ID", "")
-    if not raw_id.isdigit():
-        raise RuntimeError("STEWARD_GITHUB_APP_ID must be the App's numeric id")
-    return GitHubApp(
-        int(raw_id), private_key_from_env(env), base_url=env.get("STEWARD_GITHUB_API_URL") or None
-    )

@@ -17,9 +17,8 @@ from contextlib import AbstractContextManager
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
-from steward.adapters.dynamo import BOTO_CONFIG, count_client_requests
+from steward.adapters import aws
+from steward.adapters.dynamo import count_client_requests
 from steward.queues import HEARTBEAT
 
 if TYPE_CHECKING:
@@ -62,7 +61,7 @@ class HeartbeatQueue:
         **client_kwargs: Any,
     ) -> None:
         self.url = url
-        self.client: SQSClient = client or boto3.client("sqs", config=BOTO_CONFIG, **client_kwargs)
+        self.client: SQSClient = client or aws.client("sqs", **client_kwargs)
         self._max_attempts = max_attempts
         self._backoff = backoff_seconds
 

@@ -3,40 +3,29 @@ service, shape the answer. Every read and write is scoped to the JWT `sub`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
-from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from pydantic import ValidationError
 
+from steward.api.http import install_error_handlers
+from steward.api.http import json_response as _json
 from steward.api.requests import (
     ConfirmBody,
     EventsQuery,
     ListQuery,
     PublishBody,
     TaskListQuery,
-    field_error,
     parse_body,
     parse_query,
 )
-from steward.domain.errors import StewardError, Unauthorized
+from steward.domain.errors import Unauthorized
 from steward.domain.loop import LoopSettingsUpdate
 from steward.domain.models import utcnow
-from steward.services.container import Services
+from steward.observability import logger_for
+from steward.wiring import Services
 
-logger = Logger(service="steward-api")
-
-
-def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[str]:
-    return Response(
-        status_code=status,
-        content_type="application/json",
-        body=json.dumps(body, ensure_ascii=False),
-        headers=headers,
-    )
+logger = logger_for("api")
 
 
 def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
@@ -54,26 +43,7 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
     def query(model: Any) -> Any:
         return parse_query(app.current_event.query_string_parameters, model)
 
-    @app.exception_handler(StewardError)
-    def _domain_error(exc: StewardError) -> Response[str]:
-        if exc.status >= 500:
-            logger.exception("internal error")
-        return _json(exc.status, exc.to_body())
-
-    @app.exception_handler(ValidationError)
-    def _validation_error(exc: ValidationError) -> Response[str]:
-        error = field_error(exc)
-        return _json(error.status, error.to_body())
-
-    @app.not_found
-    def _not_found(_: NotFoundError) -> Response[str]:
-        path = app.current_event.path
-        return _json(404, {"error": {"code": "not_found", "message": f"no route {path}"}})
-
-    @app.exception_handler(Exception)
-    def _unexpected(_: Exception) -> Response[str]:
-        logger.exception("unhandled error")
-        return _json(500, {"error": {"code": "internal", "message": "internal error"}})
+    install_error_handlers(app, logger)
 
     # ---- plans
     @app.put("/v1/plans/<slug>")

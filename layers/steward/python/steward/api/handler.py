@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from steward import wiring
 from steward.api.app import create_app, logger
-from steward.services.container import Services
+from steward.observability import tracer_for
 
-services = cache(Services.from_env)
-app = create_app(services)
+tracer = tracer_for("api")
+app = create_app(wiring.api_services)
 
 
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -7,8 +7,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from steward.api.http import check_body_size
 from steward.domain.documents import MAX_DOCUMENT_BYTES
-from steward.domain.errors import BadRequest, TooLarge
+from steward.domain.errors import BadRequest
 
 # JSON escaping can at most double a document's size (quotes, backslashes, control chars
 # are rarer still); anything bigger cannot hold a valid document.
@@ -44,22 +45,12 @@ class EventsQuery(BaseModel):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
-def field_error(exc: ValidationError, prefix: str = "") -> BadRequest:
-    """The first validation error as a 400 that names the field."""
-    first = exc.errors()[0]
-    location = ".".join(str(part) for part in first["loc"]) or "body"
-    field = f"{prefix}{location}" if prefix else location
-    message = str(first["msg"]).removeprefix("Value error, ")
-    return BadRequest(f"{field}: {message}", field=field)
-
-
 def parse_body(raw: str | None, model: type[M], *, optional: bool = False) -> M:
     if raw is None or raw.strip() == "":
         if optional:
             return model()
         raise BadRequest("request body is required (JSON object)", field="body")
-    if len(raw.encode("utf-8")) > MAX_BODY_BYTES:
-        raise TooLarge(f"request body is over {MAX_BODY_BYTES} bytes", field="body")
+    check_body_size(raw, MAX_BODY_BYTES)
     try:
         data: Any = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -71,11 +62,11 @@ def parse_body(raw: str | None, model: type[M], *, optional: bool = False) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise field_error(exc) from exc
+        raise BadRequest.from_validation(exc) from exc
 
 
 def parse_query(params: dict[str, str] | None, model: type[M]) -> M:
     try:
         return model.model_validate(params or {})
     except ValidationError as exc:
-        raise field_error(exc) from exc
+        raise BadRequest.from_validation(exc) from exc

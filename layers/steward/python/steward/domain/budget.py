@@ -14,8 +14,10 @@ charged once, at its own price. Adapters of providers that report otherwise (Ope
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from datetime import datetime
 from decimal import Context, Decimal, Inexact, localcontext
 
+from steward.domain.errors import Forbidden, LifecycleError
 from steward.domain.prices import PriceEntry
 
 _MILLION = Decimal(1_000_000)
@@ -108,3 +110,50 @@ def affordable_max_tokens(entry: PriceEntry, input_bound: int, room: Decimal) ->
         # Here the output price is positive (else the cap above would have fitted) and the
         # quotient is below max_output_tokens; `//` on non-negative decimals is the floor.
         return int(left // per_token(entry.output_per_mtok))
+
+
+# ---- admission outcomes (the budget store fills them from the item a condition saw)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a reservation was refused, read from the item the failed condition saw."""
+
+    found: bool
+    owner: str | None
+    status: str | None
+    model: str | None
+    budget_usd: Decimal
+    cost_usd: Decimal  # settled
+    committed_usd: Decimal  # settled + in flight
+    earliest_expiry: datetime | None
+
+    def room(self, token_cap: Decimal) -> Decimal:
+        """What a new reservation could take now."""
+        return min(self.budget_usd, token_cap) - self.committed_usd
+
+    def settled_room(self, token_cap: Decimal) -> Decimal:
+        """What would be left if every call in flight were released."""
+        return min(self.budget_usd, token_cap) - self.cost_usd
+
+
+@dataclass(frozen=True)
+class Settlement:
+    applied: bool  # False: the reservation was already settled or expired
+    cost_usd: Decimal  # settled spend after this settlement
+    committed_usd: Decimal
+    headroom_usd: Decimal  # task budget - committed
+
+    def remaining(self, token_cap: Decimal) -> Decimal:
+        return max(Decimal(0), min(self.headroom_usd, token_cap - self.committed_usd))
+
+
+def judge_refusal(refusal: Refusal, *, owner: str, model_id: str, running: str) -> None:
+    """Raise when a refusal was not about money: the task is another owner's (or missing),
+    pinned to another model, or not `running`. A refusal that passes was about the budget."""
+    if not refusal.found or refusal.owner != owner:
+        raise Forbidden("the capability does not own this task", field="task_id")
+    if refusal.model != model_id:
+        raise Forbidden("the task is pinned to another model", field="model")
+    if refusal.status != running:
+        raise LifecycleError(f"the task is {refusal.status}, not running", field="status")

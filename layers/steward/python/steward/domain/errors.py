@@ -6,6 +6,8 @@ these, so services and handlers never see a botocore exception.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class StewardError(Exception):
     """Base class: `status` and `code` form the JSON error `{"error": {"code", "message"}}`."""
@@ -31,6 +33,15 @@ class StewardError(Exception):
 class BadRequest(StewardError):
     status = 400
     code = "bad_request"
+
+    @classmethod
+    def from_validation(cls, exc: ValidationError, prefix: str = "") -> BadRequest:
+        """The first validation error, naming its field (`prefix` + its location)."""
+        first = exc.errors()[0]
+        location = ".".join(str(part) for part in first["loc"]) or "body"
+        field = f"{prefix}{location}"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return cls(f"{field}: {message}", field=field)
 
 
 class Unauthorized(StewardError):

@@ -2,30 +2,26 @@
 
 The table is data shipped with the package (`steward/data/prices.json`); a deployment
 extends or overrides it with its own JSON file named by `STEWARD_PRICE_TABLE` (same shape,
-entries replace packaged ones whole, by model id). A model not in the table is refused at
-minting and at admission (`UnknownModel`, 403).
+entries replace packaged ones whole, by model id; `steward.adapters.price_file` reads and
+merges the files). A model not in the table is refused at minting and at admission
+(`UnknownModel`, 403).
 
 Prices are USD per million tokens and are read as exact decimals: JSON numbers are parsed
 with `parse_float=Decimal` (strings work too) and a float handed in from code is refused,
-so no binary rounding ever reaches budget math. The only I/O here is reading the two files.
+so no binary rounding ever reaches budget math.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from decimal import Decimal
-from functools import cache, lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from steward.domain.errors import Forbidden
 
-PRICE_TABLE_ENV = "STEWARD_PRICE_TABLE"
 SCRIPTED_POLICIES = frozenset({"echo", "tool-then-stop", "fail", "no-usage", "slow", "playbook"})
 """Reply policies of the scripted provider; an entry naming another is refused at load time."""
 
@@ -119,46 +115,8 @@ class PriceTable(BaseModel):
         return found
 
 
-def load_price_table(environ: Mapping[str, str] | None = None) -> PriceTable:
-    """The packaged table, extended or overridden by the file named in STEWARD_PRICE_TABLE.
-
-    The merged version is `"<packaged>+<override>"`. A bad override file raises ValueError
-    naming the file and the offending field. Results are cached by (path, mtime, size), so
-    an edited file is picked up by the next call.
-    """
-    env = os.environ if environ is None else environ
-    packaged = _packaged_table()
-    raw_path = env.get(PRICE_TABLE_ENV, "").strip()
-    if not raw_path:
-        return packaged
-    path = Path(raw_path)
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise ValueError(f"price table {path}: cannot read ({exc.strerror or type(exc).__name__})") from None
-    return _merged_table(str(path), stat.st_mtime_ns, stat.st_size)
-
-
-@cache
-def _packaged_table() -> PriceTable:
-    source = resources.files("steward").joinpath("data/prices.json")
-    return _parse(source.read_text(encoding="utf-8"), where="steward/data/prices.json")
-
-
-@lru_cache(maxsize=8)
-def _merged_table(path: str, mtime_ns: int, size: int) -> PriceTable:
-    """Cached by the file's identity so that an edit is never served stale."""
-    del mtime_ns, size  # part of the cache key only
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"price table {path}: cannot read ({type(exc).__name__})") from None
-    override = _parse(text, where=path)
-    base = _packaged_table()
-    return PriceTable(version=f"{base.version}+{override.version}", models={**base.models, **override.models})
-
-
-def _parse(text: str, *, where: str) -> PriceTable:
+def parse_price_table(text: str, *, where: str) -> PriceTable:
+    """The table in `text` (JSON); ValueError naming `where` and the offending field."""
     try:
         data = json.loads(text, parse_float=Decimal)
     except json.JSONDecodeError as exc:

@@ -14,9 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import boto3
-
-from steward.adapters.capability_signer import KmsCapabilitySigner
+from steward.adapters.capability_signer import KmsCapabilitySigner, kms_client
 from steward.adapters.dynamo import Tables
 from steward.adapters.plan_store import PlanStore
 from steward.adapters.task_store import TaskStore
@@ -54,6 +52,6 @@ def running_task_with_capability(
         task_for(plan, plan.active_items[0], attempt=1, now=now), previous_task_id=None, now=now
     )
     task = tasks.claim(task, runtime_id="local-fixture", now=now, deadline=now + timedelta(hours=2))
-    signer = KmsCapabilitySigner(boto3.client("kms", **aws), state["capability_key_id"])
+    signer = KmsCapabilitySigner(kms_client(**aws), state["capability_key_id"])
     claims = capability_claims(sub=user, task_id=task.id, model_id=model, max_budget_usd=budget_usd, now=now)
     return {"task_id": task.id, "capability": signer.mint(claims)}

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
-
+from steward.adapters import aws
 from steward.adapters.capability_signer import CapabilityVerifier
 from steward.adapters.dynamo import Tables
 from steward.adapters.installation_store import InstallationStore
@@ -103,7 +102,7 @@ class LocalStack:
             }
         )
         Tables.connect(settings.table_prefix, region_name=LOCAL_REGION).create_all()
-        boto3.client("s3", region_name=LOCAL_REGION).create_bucket(Bucket=settings.artifacts_bucket)
+        aws.client("s3", region_name=LOCAL_REGION).create_bucket(Bucket=settings.artifacts_bucket)
         key_id = self._seed(settings.table_prefix)
         github = self._start_github()
 
@@ -135,11 +134,11 @@ class LocalStack:
         """The capability signing key, and the installation that holds the sample
         repository, linked to alice as an operator would (`steward admin link-installation`).
         Returns the key id."""
-        kms = boto3.client("kms", region_name=LOCAL_REGION)
+        kms = aws.client("kms", region_name=LOCAL_REGION)
         created = kms.create_key(
             KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256", Description="steward capability"
         )
-        key_id = created["KeyMetadata"]["KeyId"]
+        key_id = str(created["KeyMetadata"]["KeyId"])
         self._set_env({"STEWARD_CAPABILITY_KEY_ID": key_id})
         installations = InstallationStore(Tables.connect(prefix, region_name=LOCAL_REGION))
         seeded = Installation(
@@ -190,9 +189,6 @@ class LocalStack:
         from steward.api import handler  # noqa: PLC0415
 
         _forget_clients()
-        # Build the API's clients now, bound to this stack's endpoint (a cold start), so a
-        # later change of the process environment cannot redirect them.
-        handler.services()
 
         def gateway(event: dict[str, Any], context: Any) -> Any:
             if str(event.get("rawPath", "")).startswith(RUNTIME_PREFIX):
@@ -218,7 +214,7 @@ class LocalStack:
     def _start_stream_hub(self, issuer: DevIssuer, prefix: str, key_id: str) -> str:
         """The live terminal view: runtimes post output with their capability, owners watch
         `GET <stream_url>/v1/tasks/{id}/stream` as Server-Sent Events."""
-        verifier = CapabilityVerifier.from_kms(boto3.client("kms", region_name=LOCAL_REGION), [key_id])
+        verifier = CapabilityVerifier.from_kms(aws.client("kms", region_name=LOCAL_REGION), [key_id])
         tasks = TaskStore(Tables.connect(prefix, region_name=LOCAL_REGION))
 
         def owner(task_id: str) -> str | None:
@@ -233,7 +229,7 @@ class LocalStack:
     def _start_loop(self, prefix: str, api_url: str, relay_url: str) -> None:
         """The loop as in AWS: a scheduler rate, the heartbeat fed by the SQS FIFO queue,
         the reaper rate, and runtimes started as local subprocesses."""
-        sqs = boto3.client("sqs", region_name=LOCAL_REGION)
+        sqs = aws.client("sqs", region_name=LOCAL_REGION)
         url = sqs.create_queue(**HEARTBEAT.create_queue_kwargs(prefix))["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         self._set_env(
@@ -246,7 +242,13 @@ class LocalStack:
                 "STEWARD_RUNTIME_LOG_DIR": str(self.log_dir or self.state_dir / "runs"),
             }
         )
-        from steward import heartbeat_handler, reaper_handler, scheduler_handler  # noqa: PLC0415
+        from steward import heartbeat_handler, reaper_handler, scheduler_handler, wiring  # noqa: PLC0415
+
+        # Every setting is in the environment now: build the parts afresh (a cold start) and
+        # bind them to this stack, so a later change of the process environment cannot
+        # redirect them.
+        _forget_clients()
+        wiring.api_services()
 
         self._sources = [
             Schedule("steward-scheduler", scheduler_handler.lambda_handler, self.tick_seconds),
@@ -273,9 +275,9 @@ class LocalStack:
         for source in self._sources:
             source.stop()
         if self._sources:
-            from steward.services import wiring  # noqa: PLC0415
+            from steward import wiring  # noqa: PLC0415
 
-            launcher = wiring.launcher_from_env()
+            launcher = wiring.launcher()
             close = getattr(launcher, "close", None)
             if close is not None:
                 close()  # no runtime outlives the stack
@@ -311,27 +313,17 @@ class LocalStack:
 
 
 def _forget_clients() -> None:
-    """Drop the handlers' per-process clients (their cold-start state), so a stack started
+    """Drop the handlers' per-process parts (their cold-start state), so a stack started
     later in this process binds them to its own endpoints."""
     from steward import (  # noqa: PLC0415
         heartbeat_handler,
-        mint_handler,
         reaper_handler,
         relay_handler,
         scheduler_handler,
         webhook_handler,
+        wiring,
     )
-    from steward.api import handler  # noqa: PLC0415
-    from steward.services import wiring  # noqa: PLC0415
 
-    handler.services.cache_clear()
-    mint_handler.minter.cache_clear()
-    mint_handler.github_tokens.cache_clear()
-    webhook_handler.service.cache_clear()
-    relay_handler.relay.cache_clear()
-    wiring.launcher_from_env.cache_clear()
-    heartbeat_handler._heartbeat.cache_clear()
-    reaper_handler._reaper.cache_clear()
-    scheduler_handler.scheduler.cache_clear()
+    wiring.reset()
     for module in (heartbeat_handler, reaper_handler, scheduler_handler, relay_handler, webhook_handler):
         module.metrics.clear_metrics()  # disabled metrics are buffered, never flushed

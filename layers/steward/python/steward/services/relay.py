@@ -25,15 +25,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from steward.adapters.budget_store import BudgetStore, Refusal
-from steward.domain.budget import Usage, affordable_max_tokens, cost_of, input_bound_tokens, max_cost
+from steward.adapters.budget_store import BudgetStore
+from steward.domain.budget import (
+    Refusal,
+    Usage,
+    affordable_max_tokens,
+    cost_of,
+    input_bound_tokens,
+    judge_refusal,
+    max_cost,
+)
 from steward.domain.capability import Capability, bearer_token
 from steward.domain.converse import ConverseRequest, payload_bytes
 from steward.domain.errors import (
     BadRequest,
     BudgetExhausted,
     Forbidden,
-    LifecycleError,
     ProviderError,
     RetryLater,
     TooLarge,
@@ -142,7 +149,9 @@ class Relay:
             )
             if refusal is None:
                 return tokens, cost, rid
-            _check_task(refusal, capability)
+            judge_refusal(
+                refusal, owner=capability.sub, model_id=capability.model_id, running=TaskStatus.RUNNING.value
+            )
             affordable = affordable_max_tokens(entry, bound, refusal.room(capability.max_budget_usd))
             if affordable < floor:
                 break
@@ -158,15 +167,6 @@ class Relay:
         raise BudgetExhausted("the task's budget is spent", field="budget")
 
 
-def _check_task(refusal: Refusal, capability: Capability) -> None:
-    if not refusal.found or refusal.owner != capability.sub:
-        raise Forbidden("the capability does not own this task", field="task_id")
-    if refusal.model != capability.model_id:
-        raise Forbidden("the task is pinned to another model", field="model")
-    if refusal.status != TaskStatus.RUNNING.value:
-        raise LifecycleError(f"the task is {refusal.status}, not running", field="status")
-
-
 def _parse(raw: bytes) -> ConverseRequest:
     try:
         data = json.loads(raw)
@@ -177,6 +177,4 @@ def _parse(raw: bytes) -> ConverseRequest:
     try:
         return ConverseRequest.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "body"
-        raise BadRequest(f"{field}: {str(first['msg']).removeprefix('Value error, ')}", field=field) from exc
+        raise BadRequest.from_validation(exc) from exc

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from steward.adapters.providers.base import ProviderResult, check_max_tokens, converse_usage
 from steward.domain.budget import Usage
 from steward.domain.converse import (
     ConverseRequest,
@@ -42,9 +43,7 @@ from steward.domain.converse import (
 )
 from steward.domain.errors import ProviderError
 from steward.domain.prices import PriceEntry
-from steward.providers.base import ProviderResult, check_max_tokens, converse_usage
 
-SECRET_TTL_SECONDS = 300.0
 TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=10.0)
 _STOP_REASONS = {
     "stop": "end_turn",
@@ -57,8 +56,6 @@ _NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
 
 _client_lock = threading.Lock()
 _client: httpx.Client | None = None
-_secret_lock = threading.Lock()
-_secrets: dict[str, tuple[str, float]] = {}
 
 
 def _http() -> httpx.Client:
@@ -117,27 +114,15 @@ class OpenAICompatProvider:
 
 
 def _secret(secret_id: str) -> str:
-    """The SecretString of `secret_id`, cached for SECRET_TTL_SECONDS (rotation is picked up)."""
-    now = time.monotonic()
-    with _secret_lock:
-        cached = _secrets.get(secret_id)
-        if cached is not None and now - cached[1] < SECRET_TTL_SECONDS:
-            return cached[0]
-    import boto3  # noqa: PLC0415 (only deployments that keep keys in Secrets Manager pay for it)
-    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+    """The API key in `secret_id` (Secrets Manager, cached with a bounded age by the adapter)."""
+    from steward.adapters.secrets import SecretUnavailable, secret_string  # noqa: PLC0415 (boto3 only when used)
 
     try:
-        value = boto3.client("secretsmanager").get_secret_value(SecretId=secret_id).get("SecretString", "")
-    except ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", "error"))
-        raise ProviderError(f"openai: cannot read the API key secret ({code[:80]})") from None
-    except BotoCoreError as exc:
-        raise ProviderError(f"openai: cannot read the API key secret ({type(exc).__name__})") from None
-    key = value.strip()
+        key = secret_string(secret_id).strip()
+    except SecretUnavailable as exc:
+        raise ProviderError(f"openai: cannot read the API key secret ({exc.code})") from None
     if not key:
         raise ProviderError("openai: the API key secret is empty")
-    with _secret_lock:
-        _secrets[secret_id] = (key, now)
     return key
 
 

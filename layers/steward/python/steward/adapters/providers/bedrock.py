@@ -21,14 +21,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from steward.adapters import aws
+from steward.adapters.providers.base import ProviderResult, check_max_tokens
 from steward.domain.budget import Usage
 from steward.domain.converse import ConverseRequest, model_input, wire
 from steward.domain.errors import ProviderError
-from steward.providers.base import ProviderResult, check_max_tokens
 
 ENDPOINT_ENV = "STEWARD_BEDROCK_ENDPOINT_URL"
 CONNECT_TIMEOUT_SECONDS = 5
@@ -37,7 +37,7 @@ MAX_ATTEMPTS = 3  # in total, the first attempt included
 
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9_.]{1,80}$")
 _CLIENTS: dict[tuple[str | None, str | None, int], Any] = {}
-_CLIENTS_LOCK = threading.Lock()  # boto3's default session is not thread-safe when creating clients
+_CLIENTS_LOCK = threading.Lock()
 
 
 def _client(endpoint_url: str | None, region: str | None, max_attempts: int) -> Any:
@@ -52,7 +52,7 @@ def _client(endpoint_url: str | None, region: str | None, max_attempts: int) -> 
                 read_timeout=READ_TIMEOUT_SECONDS,
                 retries={"mode": "standard", "total_max_attempts": max_attempts},
             )
-            client = boto3.client(
+            client = aws.client(
                 "bedrock-runtime", endpoint_url=endpoint_url, region_name=region, config=config
             )
             _CLIENTS[key] = client

@@ -9,7 +9,7 @@ The policy is the price entry's `provider_model`:
 * `fail`: raises ProviderError;
 * `no-usage`: an echo reply without usage (the relay must charge the reservation in full);
 * `slow`: sleeps `STEWARD_SCRIPTED_SLOW_SECONDS` (default 0.2 s) first, then echoes;
-* `playbook`: plays a coding agent from a playbook (`steward.providers.playbook`): the
+* `playbook`: plays a coding agent from a playbook (`steward.adapters.providers.playbook`): the
   runner's tools driven step by step, chosen by the task the conversation is about.
 
 Usage follows from the request so that budget math is exercised: input tokens are
@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from steward.adapters.providers.base import ProviderResult, check_max_tokens, converse_usage
 from steward.domain.budget import Usage
 from steward.domain.converse import (
     ConverseRequest,
@@ -37,7 +38,6 @@ from steward.domain.converse import (
 )
 from steward.domain.errors import ProviderError
 from steward.domain.prices import SCRIPTED_POLICIES
-from steward.providers.base import ProviderResult, check_max_tokens, converse_usage
 
 SLOW_ENV = "STEWARD_SCRIPTED_SLOW_SECONDS"
 DEFAULT_SLOW_SECONDS = 0.2
@@ -65,7 +65,7 @@ class ScriptedProvider:
         self.policy = policy
         self.slow_seconds = slow_seconds
         if policy == "playbook":
-            from steward.providers.playbook import Playbook  # noqa: PLC0415 - only this policy needs it
+            from steward.adapters.providers.playbook import Playbook  # noqa: PLC0415 - only this policy needs it
 
             self._playbook = Playbook.load(environ or {})
 

@@ -1,0 +1,78 @@
+"""The HTTP boundary every resolver shares (API, relay, runtime routes, webhook): JSON
+answers, the mapping of `StewardError` to status and body (DESIGN section 4), 404 for an
+unknown route, a 500 that says nothing about the failure, and the body-size check.
+
+Powertools' resolvers keep the current event in shared state; each Lambda has one resolver
+built at import, so registering the handlers once per resolver is all the wiring needed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import ValidationError
+
+from steward.domain.errors import BadRequest, RetryLater, StewardError, TooLarge
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[str]:
+    """`body` as JSON (non-ASCII kept as is; values JSON lacks, such as Decimal, as strings)."""
+    return Response(
+        status_code=status,
+        content_type="application/json",
+        body=json.dumps(body, ensure_ascii=False, default=str),
+        headers=headers,
+    )
+
+
+def error_response(exc: StewardError) -> Response[str]:
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RetryLater) else None
+    return json_response(exc.status, exc.to_body(), headers)
+
+
+def check_body_size(raw: str | bytes | None, limit: int) -> None:
+    """TooLarge (413) for a body over `limit` bytes, before anything parses it."""
+    if raw is None:
+        return
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", errors="surrogatepass"))
+    if size > limit:
+        raise TooLarge(f"request body is over {limit} bytes", field="body")
+
+
+def install_error_handlers(app: ApiGatewayResolver, logger: Logger, metrics: Metrics | None = None) -> None:
+    """Answer every failure as the documented JSON error; count refusals when `metrics`."""
+
+    def count(name: str) -> None:
+        if metrics is not None:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+
+    def domain_error(exc: StewardError) -> Response[str]:
+        count(f"Refused{exc.status}")
+        if exc.status >= 500:
+            logger.exception("internal error")
+        return error_response(exc)
+
+    def validation_error(exc: ValidationError) -> Response[str]:
+        count("Refused400")
+        return error_response(BadRequest.from_validation(exc))
+
+    def not_found(_: NotFoundError) -> Response[str]:
+        count("Refused404")
+        path = app.current_event.path
+        return json_response(404, {"error": {"code": "not_found", "message": f"no route {path}"}})
+
+    def unexpected(_: Exception) -> Response[str]:
+        count("Failed500")
+        logger.exception("unhandled error")
+        return json_response(500, {"error": {"code": "internal", "message": "internal error"}})
+
+    # Registered by call rather than as decorators: Powertools' decorators are untyped.
+    app.exception_handler(StewardError)(domain_error)
+    app.exception_handler(ValidationError)(validation_error)
+    app.not_found(not_found)
+    app.exception_handler(Exception)(unexpected)

@@ -1,0 +1,346 @@
+"""The composition root: the one place that reads the deployment's settings and builds the
+stores, services and clients each Lambda function uses, once per execution environment.
+
+Handlers call the builder they need (`api_services()`, `relay()`, ...); each builder is
+cached, so the first call is the cold start and later calls cost nothing. Builders import
+the adapters they wire inside their bodies, so a function pays only for its own parts
+(the relay never imports githubkit or httpx, the runtime routes load githubkit only for the
+GitHub token route). `reset()` forgets everything, so a local stack or a test started later
+in the same process binds to its own endpoints and settings.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from steward.config import Settings
+
+if TYPE_CHECKING:
+    from steward.adapters.artifact_store import ArtifactStore
+    from steward.adapters.capability_signer import CapabilityVerifier
+    from steward.adapters.dynamo import Tables
+    from steward.adapters.github import GitHubApp
+    from steward.adapters.installation_store import InstallationStore
+    from steward.adapters.liveness import LivenessIndex
+    from steward.adapters.queue import HeartbeatQueue
+    from steward.adapters.user_store import UserStore
+    from steward.domain.launch import Launcher
+    from steward.domain.prices import PriceTable
+    from steward.services.github_tokens import GitHubTokens
+    from steward.services.heartbeat import Heartbeat
+    from steward.services.mint import Minter
+    from steward.services.plans import PlanService
+    from steward.services.reaper import Reaper
+    from steward.services.relay import Relay
+    from steward.services.tasks import TaskService
+    from steward.services.webhooks import WebhookReceiver
+
+
+@cache
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@cache
+def tables() -> Tables:
+    from steward.adapters.dynamo import Tables  # noqa: PLC0415 - builders import what they build
+
+    return Tables.connect(settings().table_prefix)
+
+
+@cache
+def price_table() -> PriceTable:
+    from steward.adapters.price_file import load_price_table  # noqa: PLC0415
+
+    return load_price_table(settings().price_table)
+
+
+@cache
+def capability_verifier() -> CapabilityVerifier:
+    """Holds only the public halves of the capability keys (every key id verifies, so a
+    rotation keeps older capabilities valid until they expire)."""
+    from steward.adapters.capability_signer import CapabilityVerifier, kms_client  # noqa: PLC0415
+
+    return CapabilityVerifier.from_kms(kms_client(), list(settings().require("capability_key_ids")))
+
+
+# ---- api
+
+
+@dataclass
+class Services:
+    """What the client API's routes use."""
+
+    settings: Settings
+    tables: Tables
+    plans: PlanService
+    tasks: TaskService
+    users: UserStore
+    installations: InstallationStore
+
+    @classmethod
+    def build(cls, settings: Settings, tables: Tables, artifacts: ArtifactStore) -> Services:
+        """The API's parts over the given tables and artifact store (tests build their own)."""
+        from steward.adapters.event_store import EventStore  # noqa: PLC0415
+        from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+        from steward.adapters.plan_store import PlanStore  # noqa: PLC0415
+        from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+        from steward.adapters.user_store import UserStore  # noqa: PLC0415
+        from steward.services.plans import PlanService  # noqa: PLC0415
+        from steward.services.tasks import TaskService  # noqa: PLC0415
+
+        return cls(
+            settings=settings,
+            tables=tables,
+            plans=PlanService(PlanStore(tables), settings.document_policy),
+            tasks=TaskService(TaskStore(tables), EventStore(tables), artifacts),
+            users=UserStore(tables),
+            installations=InstallationStore(tables),
+        )
+
+
+@cache
+def api_services() -> Services:
+    from steward.adapters.artifact_store import ArtifactStore  # noqa: PLC0415
+
+    s = settings()
+    return Services.build(s, tables(), ArtifactStore(s.artifacts_bucket))
+
+
+# ---- relay
+
+
+def provider_environment(table: PriceTable, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the provider adapters are configured from: the relay's provider settings, the
+    region, and the API key variables the price table's entries name (their names are data,
+    so they cannot be listed in `steward.config`)."""
+    env = os.environ if environ is None else environ
+    s = settings()
+    values = {
+        "STEWARD_BEDROCK_ENDPOINT_URL": s.bedrock_endpoint_url or "",
+        "STEWARD_SCRIPTED_PLAYBOOK": s.scripted_playbook or "",
+        "STEWARD_SCRIPTED_SLOW_SECONDS": ""
+        if s.scripted_slow_seconds is None
+        else str(s.scripted_slow_seconds),
+        "AWS_REGION": s.region or "",
+    }
+    for entry in table.models.values():
+        if entry.api_key_env:
+            values[entry.api_key_env] = env.get(entry.api_key_env, "")
+    return {k: v for k, v in values.items() if v}
+
+
+@cache
+def relay() -> Relay:
+    from steward.adapters.budget_store import BudgetStore  # noqa: PLC0415
+    from steward.adapters.providers import Provider, provider_for  # noqa: PLC0415
+    from steward.domain.prices import PriceEntry  # noqa: PLC0415
+    from steward.services.relay import Relay  # noqa: PLC0415
+
+    table = price_table()
+    environ = provider_environment(table)
+
+    def provider(model_id: str, entry: PriceEntry) -> Provider:
+        return provider_for(model_id, entry, environ=environ)
+
+    return Relay(
+        verify=capability_verifier().verify, budget=BudgetStore(tables()), prices=table, provider_for=provider
+    )
+
+
+# ---- runtime routes (ticket exchange, GitHub tokens)
+
+
+@cache
+def minter() -> Minter:
+    from steward.adapters.capability_signer import KmsCapabilitySigner, kms_client  # noqa: PLC0415
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.adapters.ticket_store import TicketStore  # noqa: PLC0415
+    from steward.services.mint import Minter  # noqa: PLC0415
+
+    s, t = settings(), tables()
+    return Minter(
+        tickets=TicketStore(t),
+        tasks=TaskStore(t),
+        installations=InstallationStore(t),
+        signer=KmsCapabilitySigner(kms_client(), s.require("capability_key_ids")[0]),
+        prices=price_table().entry,
+        lifetime_seconds=s.capability_lifetime,
+    )
+
+
+def github_app(s: Settings) -> GitHubApp:
+    """The GitHub App: its id, its private key (the variable, else the Secrets Manager
+    secret) and its API URL (unset: api.github.com; locally the twin)."""
+    from steward.adapters.github import GitHubApp  # noqa: PLC0415 - githubkit: only the token route
+
+    app_id = s.require("github_app_id")
+    pem = s.github_private_key
+    if not pem:
+        if not s.github_private_key_secret_id:
+            raise RuntimeError("set STEWARD_GITHUB_PRIVATE_KEY or STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID")
+        from steward.adapters.secrets import secret_string  # noqa: PLC0415
+
+        pem = secret_string(s.github_private_key_secret_id)
+    return GitHubApp(app_id, pem, base_url=s.github_api_url)
+
+
+@cache
+def github_tokens() -> GitHubTokens:
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.github_tokens import GitHubTokens  # noqa: PLC0415
+
+    t = tables()
+    return GitHubTokens(
+        verify=capability_verifier().verify,
+        tasks=TaskStore(t),
+        installations=InstallationStore(t),
+        github=github_app(settings()),
+    )
+
+
+# ---- webhook
+
+
+@cache
+def webhook_receiver() -> WebhookReceiver:
+    """With no secret configured every delivery is refused, never accepted unsigned."""
+    from steward.adapters.delivery_store import DeliveryStore  # noqa: PLC0415
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.webhooks import WebhookReceiver, WebhookSecret  # noqa: PLC0415
+
+    s, t = settings(), tables()
+    value: str | None = s.webhook_secret
+    if not value and s.webhook_secret_id:
+        from steward.adapters.secrets import secret_string  # noqa: PLC0415
+
+        value = secret_string(s.webhook_secret_id)
+    return WebhookReceiver(
+        secret=WebhookSecret(value),
+        deliveries=DeliveryStore(t),
+        tasks=TaskStore(t),
+        installations=InstallationStore(t),
+    )
+
+
+# ---- the loop
+
+
+@dataclass(frozen=True)
+class SchedulerParts:
+    index: LivenessIndex
+    queue: HeartbeatQueue
+    period_seconds: int
+
+
+@cache
+def scheduler() -> SchedulerParts:
+    from steward.adapters import aws  # noqa: PLC0415
+    from steward.adapters.liveness import LivenessIndex  # noqa: PLC0415
+    from steward.adapters.queue import HeartbeatQueue, queue_url  # noqa: PLC0415
+
+    s = settings()
+    sqs = aws.client("sqs")
+    return SchedulerParts(
+        index=LivenessIndex(tables()),
+        queue=HeartbeatQueue(queue_url(sqs, s.heartbeat_queue_prefix), client=sqs),
+        period_seconds=s.tick_seconds,
+    )
+
+
+@cache
+def launcher() -> Launcher:
+    """One launcher per process, shared by the heartbeat and the reaper (locally it owns the
+    runtime subprocesses, so stopping must go through the one that started them)."""
+    from steward.domain.launch import RuntimeEndpoints  # noqa: PLC0415
+
+    s = settings()
+    endpoints = RuntimeEndpoints(
+        api_url=s.api_url, relay_url=s.relay_url, aws_endpoint_url=s.aws_endpoint_url
+    )
+    if s.launcher == "local":
+        from steward.local.launcher import LocalLauncher  # noqa: PLC0415 - never loaded on Lambda
+
+        # The deployment's fixed settings, as a Fargate task definition would carry them.
+        passed = dict(s.runtime_env)
+        passed |= {"STEWARD_TABLE_PREFIX": s.table_prefix, "STEWARD_ARTIFACTS_BUCKET": s.artifacts_bucket}
+        log_dir = Path(s.runtime_log_dir) if s.runtime_log_dir else None
+        return LocalLauncher(endpoints, extra_env=passed, log_dir=log_dir)
+    from steward.adapters import aws  # noqa: PLC0415
+    from steward.adapters.fargate_launcher import FargateLauncher  # noqa: PLC0415
+
+    return FargateLauncher(
+        aws.client("ecs"),
+        cluster=s.require("ecs_cluster"),
+        task_definition=s.require("runner_task_definition"),
+        container_name=s.runner_container,
+        subnets=list(s.runner_subnets),
+        security_groups=list(s.runner_security_groups),
+        endpoints=endpoints,
+    )
+
+
+@cache
+def heartbeat() -> Heartbeat:
+    from steward.adapters.plan_store import PlanStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.adapters.ticket_store import TicketStore  # noqa: PLC0415
+    from steward.adapters.user_store import UserStore  # noqa: PLC0415
+    from steward.services.heartbeat import Heartbeat  # noqa: PLC0415
+
+    t = tables()
+    return Heartbeat(
+        users=UserStore(t),
+        plans=PlanStore(t),
+        tasks=TaskStore(t),
+        tickets=TicketStore(t),
+        launcher=launcher(),
+    )
+
+
+@cache
+def reaper() -> Reaper:
+    from steward.adapters.budget_store import BudgetStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.reaper import Reaper  # noqa: PLC0415
+
+    t = tables()
+    return Reaper(TaskStore(t), launcher(), BudgetStore(t))
+
+
+_BUILDERS: tuple[Callable[..., Any], ...] = (
+    settings,
+    tables,
+    price_table,
+    capability_verifier,
+    api_services,
+    relay,
+    minter,
+    github_tokens,
+    webhook_receiver,
+    scheduler,
+    launcher,
+    heartbeat,
+    reaper,
+)
+
+
+def reset() -> None:
+    """Forget every built part and cached secret: the next call builds afresh from the
+    current environment (a cold start). The local launcher's runtimes are not stopped here:
+    `steward.local.stack` closes the launcher first."""
+    for builder in _BUILDERS:
+        builder.cache_clear()  # type: ignore[attr-defined]
+    if "steward.adapters.secrets" in sys.modules:  # never imported: nothing cached, no boto3 to load
+        from steward.adapters import secrets  # noqa: PLC0415
+
+        secrets.reset()
