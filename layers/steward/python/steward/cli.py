@@ -18,80 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from steward.adapters.api_client import DEFAULT_STATE_FILE, ApiClient, ApiError, resolve_endpoint
+from steward.cli_render import render_loop, render_plan, render_plans, render_task, render_tasks
 from steward.domain.errors import StewardError
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    return "\n".join(lines)
-
-
-def _short(text: str | None, width: int = 48) -> str:
-    text = text or ""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def render_plan(plan: dict[str, Any]) -> str:
-    head = (
-        f"plan {plan['slug']}  ({plan['status']})\n"
-        f"  title:   {plan.get('title') or '-'}\n"
-        f"  repo:    {plan['repo']}\n"
-        f"  content: {plan['content_hash'][:12]}"
-        + (
-            "  (approved)"
-            if plan.get("approved_hash") == plan["content_hash"]
-            else "  (not approved)"
-            if plan["status"] != "draft"
-            else ""
-        )
-    )
-    rows = [
-        (
-            i["ordinal"] if i["ordinal"] is not None else "-",
-            i["status"],
-            _short(i["title"]),
-            i["task_id"] or "-",
-        )
-        for i in plan["items"]
-    ]
-    return head + "\n\n" + table(rows, ("#", "status", "item", "task"))
-
-
-def render_plans(plans: list[dict[str, Any]]) -> str:
-    rows = []
-    for p in plans:
-        done = sum(1 for i in p["items"] if i["status"] in ("merged", "closed", "failed", "done", "removed"))
-        rows.append((p["slug"], p["status"], p["repo"], f"{done}/{len(p['items'])}", p["updated_at"]))
-    return table(rows, ("slug", "status", "repo", "finished", "updated"))
-
-
-def render_tasks(tasks: list[dict[str, Any]]) -> str:
-    rows = [
-        (t["id"], t["plan_slug"], t["ordinal"], t["attempt"], t["status"], t["cost_usd"], t["pr_url"] or "-")
-        for t in tasks
-    ]
-    return table(rows, ("task", "plan", "#", "attempt", "status", "cost", "pr"))
-
-
-TASK_FIELDS: tuple[str, ...] = (
-    *("id", "plan_slug", "ordinal", "title", "revision", "attempt", "status", "classification", "reason"),
-    *("branch", "repo", "model", "budget_usd", "cost_usd", "pr_url", "created_at", "updated_at"),
-)
-
-
-def render_task(task: dict[str, Any]) -> str:
-    return "\n".join(f"{k + ':':16}{'-' if task.get(k) is None else task[k]}" for k in TASK_FIELDS)
-
-
-def render_loop(settings: dict[str, Any]) -> str:
-    quiet = settings.get("quiet_hours")
-    shown = dict(settings, quiet_hours=f"{quiet['start']}-{quiet['end']}" if quiet else "none")
-    return "\n".join(f"{k + ':':18}{v}" for k, v in shown.items())
 
 
 def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> int:
@@ -267,10 +197,10 @@ def _github_action(action: str) -> Handler:
 
 def cmd_admin_link(args: argparse.Namespace) -> int:
     from steward.services.admin import link_installation  # noqa: PLC0415
+    from steward.wiring import operator_tables  # noqa: PLC0415
 
-    installation = link_installation(
-        args.installation_id, args.sub, force=args.force, state_file=args.state_file or DEFAULT_STATE_FILE
-    )
+    tables = operator_tables(args.state_file or DEFAULT_STATE_FILE)
+    installation = link_installation(tables, args.installation_id, args.sub, force=args.force)
     return _emit(
         args,
         installation.model_dump(mode="json"),

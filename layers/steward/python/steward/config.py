@@ -371,8 +371,11 @@ class Settings:
             raw = env.get(setting.env, "").strip() or _DEFAULTS.get(setting.env, "")
             values[setting.attr] = _PARSERS[setting.attr](setting.env, raw)
         # The runtime's bounds pass through unparsed: the runtime validates its own settings.
+        control_plane = {s.env for s in SETTINGS}
         passed = sorted(
-            (k, v) for k, v in env.items() if k in RUNTIME_PASSED or k.startswith(RUNTIME_PASSED_PREFIXES)
+            (k, v)
+            for k, v in env.items()
+            if (k in RUNTIME_PASSED or k.startswith(RUNTIME_PASSED_PREFIXES)) and k not in control_plane
         )
         settings = cls(
             **values,

@@ -317,6 +317,28 @@ def reaper() -> Reaper:
     return Reaper(TaskStore(t), launcher(), BudgetStore(t))
 
 
+# ---- operators (the CLI's admin commands)
+
+
+def operator_tables(state_file: Path, environ: Mapping[str, str] | None = None) -> Tables:
+    """The deployment's tables for an operator: AWS credentials and STEWARD_TABLE_PREFIX
+    from the environment, or the local stack's endpoint when its state file exists and no
+    AWS endpoint is configured."""
+    import json  # noqa: PLC0415
+
+    from steward.adapters.dynamo import Tables  # noqa: PLC0415
+
+    env = os.environ if environ is None else environ
+    prefix = env.get("STEWARD_TABLE_PREFIX")
+    kwargs: dict[str, str] = {}
+    if "AWS_ENDPOINT_URL" not in env and state_file.exists():
+        state = json.loads(state_file.read_text())
+        kwargs = {"endpoint_url": state["aws_endpoint_url"], "region_name": state["region"]}
+        kwargs |= {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+        prefix = prefix or state["table_prefix"]
+    return Tables.connect(prefix or Settings.from_env(env).table_prefix, **kwargs)
+
+
 _BUILDERS: tuple[Callable[..., Any], ...] = (
     settings,
     tables,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from steward.adapters.api_client import ApiClient, Endpoint
-from steward.cli import render_plan, table
+from steward.cli_render import render_plan, table
 from steward.local.sample_repo import SAMPLE_REPO
 from steward.local.stack import LocalStack
 
