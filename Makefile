@@ -1,18 +1,65 @@
 # Every target installs what it needs: a fresh clone needs only `make demo` or `make test`.
+#
+# Dependencies are locked, so two clean clones install the same packages whatever PyPI has
+# released in between. `make lock` writes both lock files from pyproject.toml:
+#   requirements.lock      the runtime dependencies: what the runner image installs, and what
+#                          the Lambda layer build is to use;
+#   requirements-dev.lock  the same pins plus the dev extra and the build tools (pip,
+#                          setuptools, wheel): what .venv holds.
+# Both are universal (any OS, Python >= 3.11) and list the hashes of every file of each pinned
+# release, so a layer build (pip --platform manylinux2014_x86_64 --python-version 3.12
+# --only-binary=:all:) installs requirements.lock as it is.
+# Installing needs only Python's own pip, no extra tool on a fresh machine: --require-hashes,
+# so nothing unpinned or altered gets in; --no-deps, as the lock already is the whole
+# resolution (and the first pip of a new venv mishandles extras in hash mode); then
+# `pip check` that it is complete. Only `make lock` uses uv (pinned here, fetched into
+# .venv/tools): it resolves for every platform and Python at once, which pip-tools cannot,
+# and in seconds. It keeps each pin that pyproject.toml still allows; `make lock
+# LOCK_ARGS=--upgrade` (or LOCK_ARGS='-P githubkit') moves to newer releases.
+# A changed lock recreates .venv, so nothing dropped from a lock lingers (pip has no sync). A
+# pyproject.toml edit alone reinstalls just the project (--no-deps, built with the locked
+# setuptools) and runs tools/check_lock.py, which fails when pyproject asks for something the
+# locks do not pin, i.e. pyproject.toml was edited without `make lock`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PIP := $(PY) -m pip --disable-pip-version-check
+LOCKS := requirements.lock requirements-dev.lock
+LOCKED := $(VENV)/.locked-$(shell cat $(LOCKS) | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
+UV_VERSION := 0.13.9
+UV := $(VENV)/tools/uv-$(UV_VERSION)/bin/uv
+LOCK_ARGS ?=
+COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hashes \
+	--custom-compile-command 'make lock'
+BUILD_REQUIRES = $(PYTHON) -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
+	print("pip", *t["build-system"]["requires"], sep="\n")'
 
-.PHONY: demo test lint bench install clean sandbox-tools
+.PHONY: demo test lint bench install lock clean sandbox-tools
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
-	@rm -f $(VENV)/.installed-* && touch $@
+# The stamps are named by the content they were installed from, not dated against it, so a
+# checkout that leaves the files as they were reinstalls nothing.
+$(LOCKED):
+	@rm -rf $(VENV)
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install -q --require-hashes --no-deps -r requirements-dev.lock
+	@$(PIP) check >/dev/null || { $(PIP) check; exit 1; }
+	@touch $@
+
+$(STAMP): $(LOCKED)
+	@rm -f $(VENV)/.installed-*
+	@$(PIP) install -q --no-deps --no-build-isolation -e .
+	@$(PY) tools/check_lock.py
+	@touch $@
 
 install: $(STAMP)
+
+$(UV):
+	@$(PYTHON) -m pip install -q --disable-pip-version-check --target $(VENV)/tools/uv-$(UV_VERSION) uv==$(UV_VERSION)
+
+lock: $(UV)
+	$(BUILD_REQUIRES) | $(COMPILE) pyproject.toml - --extra dev $(LOCK_ARGS) -o requirements-dev.lock
+	$(COMPILE) pyproject.toml -c requirements-dev.lock -o requirements.lock
 
 # Verification commands run under bubblewrap (DESIGN section 6). Without it the runner falls
 # back to a weaker sandbox mode and the sandbox tests fail, so install it where missing.
@@ -31,6 +78,7 @@ test: $(STAMP) sandbox-tools
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
+	$(PY) tools/check_lock.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
