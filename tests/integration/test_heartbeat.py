@@ -11,9 +11,8 @@ from datetime import timedelta
 
 import pytest
 from steward.adapters.dynamo import count_requests
-from steward.adapters.task_store import SpawnCharge, SpawnRefused
 from steward.domain.models import PlanStatus, TaskStatus
-from steward.domain.tasks import task_for
+from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.container import Services
 from steward.services.heartbeat import LEASE_TTL, Outcome
 from steward.tables import TASKS

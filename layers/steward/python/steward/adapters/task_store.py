@@ -18,7 +18,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -47,33 +46,13 @@ from steward.domain.models import (
     TaskStatus,
     iso,
 )
+from steward.domain.tasks import SpawnCharge, SpawnRefused
 from steward.tables import EVENTS, PLANS, TASKS, USERS
 
 TRANSITION_ATTEMPTS = 5
 # Concurrent appends to one task each take the next seq or lose and retry; one always wins,
 # so N writers need at most N attempts.
 APPEND_ATTEMPTS = 64
-
-
-class SpawnRefused(LifecycleError):
-    """The plan or the user's loop state does not allow this spawn; nothing was written.
-    `reason` is "plan" (approval, revision, link) or "loop" (paused, disabled, daily cap
-    reached, or the caller's heartbeat lease was taken over)."""
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message, field="item" if reason == "plan" else "loop")
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class SpawnCharge:
-    """What the loop's spawn charges and checks on the user item, atomically with the task:
-    one spawn of the local `day`'s cap, under the heartbeat lease `lease_epoch`."""
-
-    day: str
-    cap: int
-    same_day: bool  # the user item's spawn_day was `day` when read
-    lease_epoch: int
 
 
 def task_to_item(task: Task) -> dict[str, Any]:
@@ -103,18 +82,6 @@ def item_to_task(item: Mapping[str, Any]) -> Task:
     for name in ("created_key", "live_user", "live_shard", "reservation_shard"):
         data.pop(name, None)
     return Task(id=data.pop("task_id"), **data)
-
-
-# Item status that a task status projects onto its plan item.
-ITEM_STATUS_OF = {
-    TaskStatus.QUEUED: ItemStatus.RUNNING,
-    TaskStatus.RUNNING: ItemStatus.RUNNING,
-    TaskStatus.REVIEW: ItemStatus.REVIEW,
-    TaskStatus.MERGED: ItemStatus.MERGED,
-    TaskStatus.CLOSED: ItemStatus.CLOSED,
-    TaskStatus.FAILED: ItemStatus.FAILED,
-    TaskStatus.CANCELLED: ItemStatus.FAILED,
-}
 
 
 class TaskStore:
@@ -529,7 +496,7 @@ class TaskStore:
     def project_item(self, task: Task, *, now: datetime) -> bool:
         """Copy a task's status onto its plan item, if the item still points at this task.
         The task is the truth; this projection is repaired by the loop if a write is lost."""
-        item_status = ITEM_STATUS_OF[task.status]
+        item_status = lifecycle.ITEM_STATUS_OF[task.status]
         try:
             self._tables.table(PLANS).update_item(
                 Key={"user": task.user, "slug": task.plan_slug},

@@ -11,6 +11,7 @@ from steward.domain.errors import LifecycleError
 from steward.domain.models import (
     TERMINAL_PLAN_STATUSES,
     TERMINAL_TASK_STATUSES,
+    ItemStatus,
     PlanStatus,
     TaskStatus,
 )
@@ -91,3 +92,16 @@ def task_transition(current: TaskStatus, target: TaskStatus) -> TaskStatus:
 
 def is_terminal(status: TaskStatus) -> bool:
     return status in TERMINAL_TASK_STATUSES
+
+
+# The status a task's status projects onto its plan item (the task is the truth; the item
+# shows it). A cancelled task's item is failed: its attempt ended without a pull request.
+ITEM_STATUS_OF: dict[TaskStatus, ItemStatus] = {
+    T.QUEUED: ItemStatus.RUNNING,
+    T.RUNNING: ItemStatus.RUNNING,
+    T.REVIEW: ItemStatus.REVIEW,
+    T.MERGED: ItemStatus.MERGED,
+    T.CLOSED: ItemStatus.CLOSED,
+    T.FAILED: ItemStatus.FAILED,
+    T.CANCELLED: ItemStatus.FAILED,
+}
