@@ -107,17 +107,6 @@ class TaskStore:
             raise NotFound(f"no task {task_id!r}", field="task_id")
         return task
 
-    def get_many(self, task_ids: list[str]) -> list[Task]:
-        out: list[Task] = []
-        for start in range(0, len(task_ids), 100):
-            keys: list[dict[str, Any]] = [{"task_id": t} for t in task_ids[start : start + 100]]
-            request: dict[str, Any] = {self._tables.name(TASKS): {"Keys": keys, "ConsistentRead": True}}
-            while request:
-                page = self._tables.resource.batch_get_item(RequestItems=request)
-                out += [item_to_task(i) for i in page["Responses"].get(self._tables.name(TASKS), [])]
-                request = dict(page.get("UnprocessedKeys") or {})
-        return out
-
     def page(
         self, user: str, *, plan_id: str | None, limit: int, cursor: str | None
     ) -> tuple[list[Task], str | None]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from steward.domain.errors import LifecycleError
 from steward.domain.models import (
     TERMINAL_PLAN_STATUSES,
-    TERMINAL_TASK_STATUSES,
     ItemStatus,
     PlanStatus,
     TaskStatus,
@@ -88,10 +87,6 @@ def task_transition(current: TaskStatus, target: TaskStatus) -> TaskStatus:
     if current in TASK_SOURCES.get(target, frozenset()):
         return target
     raise LifecycleError(f"a task that is {current.value} cannot become {target.value}", field="status")
-
-
-def is_terminal(status: TaskStatus) -> bool:
-    return status in TERMINAL_TASK_STATUSES
 
 
 # The status a task's status projects onto its plan item (the task is the truth; the item
