@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from steward.adapters.dynamo import count_requests
+from steward.adapters.liveness import LivenessIndex
 from steward.domain.models import PlanStatus, TaskStatus
 from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.container import Services
@@ -251,6 +252,45 @@ def test_retryable_failure_is_retried_with_the_next_attempt(loop: Loop) -> None:
     tick(loop)
     assert len(all_tasks(loop)) == 2  # max_attempts = 2: no third attempt
     assert loop.services.plans.get("alice", "demo").status is PlanStatus.COMPLETED
+
+
+def scheduled_ticks(loop: Loop) -> list[str]:
+    """Tick every user the scheduler would send (the liveness index); return who spawned."""
+    loop.clock.advance(2)
+    live = list(LivenessIndex(loop.services.tables).all_live_users())
+    return [spawned for user in live for spawned in loop.heartbeat.tick(user).spawned]
+
+
+def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(loop: Loop) -> None:
+    confirmed(loop, "A", max_attempts=1)
+    tick(loop)
+    [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
+    assert first is not None
+    failed, _ = loop.tasks.transition(
+        first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
+    )
+    loop.tasks.project_item(failed, now=loop.clock())
+    plans = loop.heartbeat.plans
+    real = plans.all_for_user
+
+    def read_then_retry(user: str):  # type: ignore[no-untyped-def]
+        # The tick holds the lease and has read the failed item; the person retries now.
+        seen = real(user)
+        loop.services.tasks.retry(user, failed.id)
+        return seen
+
+    plans.all_for_user = read_then_retry  # type: ignore[method-assign]
+    try:
+        assert tick(loop) is Outcome.WORKED  # it found no live work
+    finally:
+        plans.all_for_user = real  # type: ignore[method-assign]
+    assert "alice" in set(LivenessIndex(loop.services.tables).all_live_users()), (
+        "the tick that found no live work dropped the user from the liveness index after the retry"
+    )
+    [retried] = scheduled_ticks(loop)
+    task = loop.tasks.get(retried)
+    assert task is not None
+    assert (task.attempt, task.status) == (2, TaskStatus.QUEUED)
 
 
 def test_archiving_cancels_and_stops_running_tasks(loop: Loop) -> None:

@@ -11,6 +11,11 @@ Status changes go through `transition`: one TransactWriteItems that moves the ta
 with the next gapless sequence number, and, for lifecycle events, advances the owner's
 watermark (DESIGN section 1). Non-terminal tasks carry the attributes of the sparse
 `live_*` indexes; a terminal transition removes them.
+
+This store writes only task and event items. Each part of its transactions that touches a
+plan comes from `steward.adapters.plan_store`, each that touches a user from
+`steward.adapters.user_store`; this module assembles them and reads the cancellation
+reasons in that order.
 """
 
 from __future__ import annotations
@@ -35,19 +40,19 @@ from steward.adapters.dynamo import (
     plain,
     storable,
 )
+from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen_update
+from steward.adapters.user_store import spawn_charge_update, wake_update, watermark_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, LifecycleError, NotFound
 from steward.domain.ids import live_shard
 from steward.domain.models import (
     TERMINAL_TASK_STATUSES,
-    ItemStatus,
-    PlanStatus,
     Task,
     TaskStatus,
     iso,
 )
 from steward.domain.tasks import SpawnCharge, SpawnRefused
-from steward.tables import EVENTS, PLANS, TASKS, USERS
+from steward.tables import EVENTS, TASKS
 
 TRANSITION_ATTEMPTS = 5
 # Concurrent appends to one task each take the next seq or lose and retry; one always wins,
@@ -88,6 +93,7 @@ class TaskStore:
     def __init__(self, tables: Tables) -> None:
         self._tables = tables
         self._table = tables.table(TASKS)
+        self._plans = PlanStore(tables)
 
     # ---- reads
     def get(self, task_id: str) -> Task | None:
@@ -166,24 +172,6 @@ class TaskStore:
         `previous_task_id` (None: no task yet and still pending). With a `charge`, the user's
         loop must be enabled, not paused, under the daily cap, and still leased to the caller.
         Violations raise SpawnRefused and write nothing."""
-        names = {"#s": "status", "#v": "version", "#k": task.item_key, "#items": "items"}
-        values: dict[str, Any] = {
-            ":tid": task.id,
-            ":running": ItemStatus.RUNNING.value,
-            ":in_progress": PlanStatus.IN_PROGRESS.value,
-            ":confirmed": PlanStatus.CONFIRMED.value,
-            ":rev": task.revision,
-            ":attempt": task.attempt,
-            ":false": False,
-            ":now": iso(now),
-            ":one": 1,
-        }
-        if previous_task_id is None:
-            link_condition = "attribute_not_exists(#items.#k.task_id) AND #items.#k.#s = :pending"
-            values[":pending"] = ItemStatus.PENDING.value
-        else:
-            link_condition = "#items.#k.task_id = :prev"
-            values[":prev"] = previous_task_id
         actions: list[dict[str, Any]] = [
             {
                 "Put": {
@@ -193,22 +181,10 @@ class TaskStore:
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
-            {
-                "Update": {
-                    "TableName": self._tables.name(PLANS),
-                    "Key": {"user": task.user, "slug": task.plan_slug},
-                    "UpdateExpression": "SET #items.#k.task_id = :tid, #items.#k.#s = :running, "
-                    "#items.#k.attempt = :attempt, #s = :in_progress, updated_at = :now ADD #v :one "
-                    "REMOVE #items.#k.retry_requested, #items.#k.last_classification",
-                    "ConditionExpression": "#s IN (:confirmed, :in_progress) AND approved_hash = content_hash"
-                    " AND #items.#k.revision = :rev AND #items.#k.removed = :false AND " + link_condition,
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": values,
-                }
-            },
+            {"Update": item_link_update(self._tables, task, previous_task_id=previous_task_id, now=now)},
         ]
         if charge is not None:
-            actions.append({"Update": self._charge_update(task.user, charge, now)})
+            actions.append({"Update": spawn_charge_update(self._tables, task.user, charge, now=now)})
         try:
             self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         except ClientError as exc:
@@ -232,36 +208,6 @@ class TaskStore:
                 ) from exc
             raise Conflict("a concurrent write touched the same items; retry") from exc
         return task, True
-
-    def _charge_update(self, user: str, charge: SpawnCharge, now: datetime) -> dict[str, Any]:
-        values: dict[str, Any] = {
-            ":day": charge.day,
-            ":one": 1,
-            ":epoch": charge.lease_epoch,
-            ":true": True,
-            ":false": False,
-            ":shard": live_shard(user),
-            ":now": iso(now),
-        }
-        gate = "lease_epoch = :epoch AND (attribute_not_exists(paused) OR paused = :false) AND (attribute_not_exists(enabled) OR enabled = :true)"
-        if charge.same_day:
-            values[":cap"] = charge.cap
-            update = "SET live_shard = :shard, last_spawn_at = :now ADD spawn_count :one"
-            condition = f"spawn_day = :day AND spawn_count < :cap AND {gate}"
-        else:
-            if charge.cap < 1:
-                values[":never"] = "never"  # a zero cap refuses every spawn
-                condition = f"spawn_day = :never AND {gate}"
-            else:
-                condition = f"(attribute_not_exists(spawn_day) OR spawn_day <> :day) AND {gate}"
-            update = "SET live_shard = :shard, last_spawn_at = :now, spawn_day = :day, spawn_count = :one"
-        return {
-            "TableName": self._tables.name(USERS),
-            "Key": {"user": user},
-            "UpdateExpression": update,
-            "ConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-        }
 
     # ---- status changes with durable events
     def transition(
@@ -362,16 +308,7 @@ class TaskStore:
             self._event_put(task, seq, event, {"status": target.value, **(data or {})}, now),
         ]
         if lifecycle_event:
-            actions.append(
-                {
-                    "Update": {
-                        "TableName": self._tables.name(USERS),
-                        "Key": {"user": task.user},
-                        "UpdateExpression": "ADD watermark :one",
-                        "ExpressionAttributeValues": {":one": 1},
-                    }
-                }
-            )
+            actions.append({"Update": watermark_update(self._tables, task.user)})
         self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         merged = task.model_dump()
         merged.update({k: v for k, v in sets.items() if k in Task.model_fields})
@@ -483,34 +420,8 @@ class TaskStore:
 
     # ---- plan item projection
     def project_item(self, task: Task, *, now: datetime) -> bool:
-        """Copy a task's status onto its plan item, if the item still points at this task.
-        The task is the truth; this projection is repaired by the loop if a write is lost."""
-        item_status = lifecycle.ITEM_STATUS_OF[task.status]
-        try:
-            self._tables.table(PLANS).update_item(
-                Key={"user": task.user, "slug": task.plan_slug},
-                UpdateExpression="SET #items.#k.#s = :status, #items.#k.last_classification = :cls, "
-                "updated_at = :now ADD #v :one",
-                ConditionExpression="#items.#k.task_id = :tid AND #items.#k.#s <> :status",
-                ExpressionAttributeNames={
-                    "#items": "items",
-                    "#k": task.item_key,
-                    "#s": "status",
-                    "#v": "version",
-                },
-                ExpressionAttributeValues={
-                    ":status": item_status.value,
-                    ":cls": task.classification.value if task.classification else None,
-                    ":tid": task.id,
-                    ":now": iso(now),
-                    ":one": 1,
-                },
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        """Copy a task's status onto its plan item (the plan store's write; see there)."""
+        return self._plans.project_item(task, now=now)
 
     # ---- client actions
     def cancel(self, user: str, task_id: str, *, now: datetime, reason: str) -> Task:
@@ -529,60 +440,26 @@ class TaskStore:
         retryable = (TaskStatus.FAILED, TaskStatus.CLOSED, TaskStatus.CANCELLED)
         if task.status not in retryable:
             raise LifecycleError(f"a task that is {task.status.value} cannot be retried", field="status")
+        actions: list[Any] = [
+            {
+                "ConditionCheck": {
+                    "TableName": self._tables.name(TASKS),
+                    "Key": {"task_id": task.id},
+                    "ConditionExpression": "#u = :u AND #s IN (:a, :b, :c)",
+                    "ExpressionAttributeNames": {"#u": "user", "#s": "status"},
+                    "ExpressionAttributeValues": {
+                        ":u": task.user,
+                        **{f":{n}": s.value for n, s in zip("abc", retryable, strict=True)},
+                    },
+                }
+            },
+            {"Update": item_reopen_update(self._tables, task, now=now)},
+            # The wake, not a bare watermark bump: a heartbeat may hold the lease now, and the
+            # tick it is finishing must not take the user out of the liveness index.
+            {"Update": wake_update(self._tables, task.user)},
+        ]
         try:
-            self._tables.client.transact_write_items(
-                TransactItems=[
-                    {
-                        "ConditionCheck": {
-                            "TableName": self._tables.name(TASKS),
-                            "Key": {"task_id": task.id},
-                            "ConditionExpression": "#u = :u AND #s IN (:a, :b, :c)",
-                            "ExpressionAttributeNames": {"#u": "user", "#s": "status"},
-                            "ExpressionAttributeValues": {
-                                ":u": task.user,
-                                **{f":{n}": s.value for n, s in zip("abc", retryable, strict=True)},
-                            },
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self._tables.name(PLANS),
-                            "Key": {"user": task.user, "slug": task.plan_slug},
-                            # A completed plan reopens: the retried item is work again.
-                            "UpdateExpression": "SET #items.#k.#s = :pending, #items.#k.retry_requested = :true, "
-                            "#s = :in_progress, updated_at = :now ADD #v :one",
-                            "ConditionExpression": "#s IN (:confirmed, :in_progress, :completed) "
-                            "AND approved_hash = content_hash "
-                            "AND #items.#k.task_id = :tid AND #items.#k.revision = :rev",
-                            "ExpressionAttributeNames": {
-                                "#k": task.item_key,
-                                "#items": "items",
-                                "#s": "status",
-                                "#v": "version",
-                            },
-                            "ExpressionAttributeValues": {
-                                ":pending": ItemStatus.PENDING.value,
-                                ":true": True,
-                                ":now": iso(now),
-                                ":one": 1,
-                                ":confirmed": PlanStatus.CONFIRMED.value,
-                                ":in_progress": PlanStatus.IN_PROGRESS.value,
-                                ":completed": PlanStatus.COMPLETED.value,
-                                ":tid": task.id,
-                                ":rev": task.revision,
-                            },
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self._tables.name(USERS),
-                            "Key": {"user": task.user},
-                            "UpdateExpression": "SET live_shard = :shard ADD watermark :one",
-                            "ExpressionAttributeValues": {":shard": live_shard(task.user), ":one": 1},
-                        }
-                    },
-                ]
-            )
+            self._tables.client.transact_write_items(TransactItems=actions)
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
                 raise
