@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from steward.adapters.dynamo import count_requests
 from steward.adapters.liveness import LivenessIndex
-from steward.domain.models import PlanStatus, TaskStatus
+from steward.domain.models import PlanStatus, Task, TaskStatus
 from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.container import Services
 from steward.services.heartbeat import LEASE_TTL, Outcome
@@ -291,6 +291,43 @@ def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(lo
     task = loop.tasks.get(retried)
     assert task is not None
     assert (task.attempt, task.status) == (2, TaskStatus.QUEUED)
+
+
+def test_a_pull_request_reviving_a_failed_task_during_a_held_lease_still_completes_its_plan(
+    loop: Loop,
+) -> None:
+    confirmed(loop, "A", max_attempts=1)
+    tick(loop)
+    [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
+    assert first is not None
+    failed, _ = loop.tasks.transition(
+        first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
+    )
+    loop.tasks.project_item(failed, now=loop.clock())
+    tasks = loop.heartbeat.tasks
+    real = tasks.live_for_user
+    revived: list[Task] = []
+
+    def read_then_revive(user: str):  # type: ignore[no-untyped-def]
+        # The tick has read the failed item and no live task; the runtime had pushed, and a
+        # verified webhook reports the pull request now (section 3: failed -> review).
+        seen = real(user)
+        review, _ = tasks.transition(failed, TaskStatus.REVIEW, now=loop.clock(), event="pull_request")
+        tasks.project_item(review, now=loop.clock())
+        revived.append(review)
+        return seen
+
+    tasks.live_for_user = read_then_revive  # type: ignore[method-assign]
+    try:
+        assert tick(loop) is Outcome.WORKED  # it found no live work; its completion lost the race
+    finally:
+        tasks.live_for_user = real  # type: ignore[method-assign]
+    merged, _ = tasks.transition(revived[0], TaskStatus.MERGED, now=loop.clock(), event="pull_request")
+    tasks.project_item(merged, now=loop.clock())
+    scheduled_ticks(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    assert (plan.status, plan.active_items[0].status.value) == (PlanStatus.COMPLETED, "merged")
 
 
 def test_archiving_cancels_and_stops_running_tasks(loop: Loop) -> None:

@@ -8,9 +8,10 @@ existing task back from the cancellation reason, creating nothing.
 
 Status changes go through `transition`: one TransactWriteItems that moves the task
 (conditional on the status and event sequence it was read with), appends its durable event
-with the next gapless sequence number, and, for lifecycle events, advances the owner's
-watermark (DESIGN section 1). Non-terminal tasks carry the attributes of the sparse
-`live_*` indexes; a terminal transition removes them.
+with the next gapless sequence number, and, for lifecycle events, wakes the owner's loop
+(DESIGN section 1; why a wake and not a bare watermark bump: `_write_transition`).
+Non-terminal tasks carry the attributes of the sparse `live_*` indexes; a terminal
+transition removes them.
 
 This store writes only task and event items. Each part of its transactions that touches a
 plan comes from `steward.adapters.plan_store`, each that touches a user from
@@ -41,7 +42,7 @@ from steward.adapters.dynamo import (
     storable,
 )
 from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen_update
-from steward.adapters.user_store import spawn_charge_update, wake_update, watermark_update
+from steward.adapters.user_store import spawn_charge_update, wake_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, LifecycleError, NotFound
 from steward.domain.ids import live_shard
@@ -224,7 +225,7 @@ class TaskStore:
         lifecycle_event: bool = True,
         overdue_at: datetime | None = None,
     ) -> tuple[Task, bool]:
-        """Move `task` (as read) to `target`, append its event, advance the watermark.
+        """Move `task` (as read) to `target`, append its event, wake the owner's loop.
 
         Returns (task as stored, changed). Assigning the status a task already has is a
         no-op, so replays and redeliveries are harmless; a transition the lifecycle forbids
@@ -271,6 +272,20 @@ class TaskStore:
         lifecycle_event: bool,
         overdue_at: datetime | None = None,
     ) -> Task:
+        """One transaction: the task, its event, and for a lifecycle event the owner's wake.
+
+        A lifecycle event wakes the loop (watermark, liveness index and `live_mark`) rather
+        than only advancing the watermark. The watermark contract (DESIGN section 1) says
+        the loop acts on every advance, but a tick that holds the lease records as processed
+        the watermark it read and, finding no live work, takes the user out of the liveness
+        index unless `live_mark` moved: an advance without the mark made during that tick is
+        never acted on, because the scheduler no longer sends the user. Most status changes
+        would survive it (a task the tick read as live is live work, so the tick keeps the
+        user: a webhook moving it to review, a runtime failing it), but not a revival: a
+        verified webhook moving a failed task to review after the tick read it as failed
+        also bumps the plan's version, so the tick's completion of the plan fails, the user
+        leaves the index, and the plan never completes. The wake costs no request (it is the
+        same user-item part) and at most one tick that finds nothing to do."""
         seq = task.event_seq + 1
         sets: dict[str, Any] = {"status": target.value, "updated_at": iso(now), "event_seq": seq}
         if task.terminal and target not in TERMINAL_TASK_STATUSES:
@@ -308,7 +323,7 @@ class TaskStore:
             self._event_put(task, seq, event, {"status": target.value, **(data or {})}, now),
         ]
         if lifecycle_event:
-            actions.append({"Update": watermark_update(self._tables, task.user)})
+            actions.append({"Update": wake_update(self._tables, task.user)})
         self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         merged = task.model_dump()
         merged.update({k: v for k, v in sets.items() if k in Task.model_fields})

@@ -31,7 +31,8 @@ _SETTINGS_FIELDS = tuple(LoopSettings.model_fields)
 # ---- the user-item parts of other stores' transactions (this module writes every user part)
 def wake_update(tables: Tables, user: str) -> dict[str, Any]:
     """The user-item part of every write that should make the loop act (DESIGN section 1):
-    advance the watermark, join the liveness index, and bump `live_mark`.
+    a plan's confirmation or archival, an explicit retry, a task's lifecycle event. It
+    advances the watermark, joins the liveness index, and bumps `live_mark`.
 
     The three go together. A tick records as processed the watermark it read, and a tick
     that found no live work leaves the index unless `live_mark` moved since its read
@@ -43,16 +44,6 @@ def wake_update(tables: Tables, user: str) -> dict[str, Any]:
         "Key": {"user": user},
         "UpdateExpression": "SET live_shard = :shard ADD watermark :one, live_mark :one",
         "ExpressionAttributeValues": {":shard": live_shard(user), ":one": 1},
-    }
-
-
-def watermark_update(tables: Tables, user: str) -> dict[str, Any]:
-    """The user-item part of a task's lifecycle event: advance the watermark."""
-    return {
-        "TableName": tables.name(USERS),
-        "Key": {"user": user},
-        "UpdateExpression": "ADD watermark :one",
-        "ExpressionAttributeValues": {":one": 1},
     }
 
 
