@@ -28,7 +28,7 @@ from steward.tables import USERS
 _SETTINGS_FIELDS = tuple(LoopSettings.model_fields)
 
 
-# ---- the user-item parts of other stores' transactions (this module writes every user part)
+# ---- the user-item parts of other stores' transactions
 def wake_update(tables: Tables, user: str) -> dict[str, Any]:
     """The user-item part of every write that should make the loop act (DESIGN section 1):
     a plan's confirmation or archival, an explicit retry, a task's lifecycle event. It

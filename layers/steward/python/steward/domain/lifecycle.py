@@ -90,7 +90,8 @@ def task_transition(current: TaskStatus, target: TaskStatus) -> TaskStatus:
 
 
 # The status a task's status projects onto its plan item (the task is the truth; the item
-# shows it). A cancelled task's item is failed: its attempt ended without a pull request.
+# shows it). Items have no `cancelled` status: a cancelled task's item is failed, and a
+# person may retry it.
 ITEM_STATUS_OF: dict[TaskStatus, ItemStatus] = {
     T.QUEUED: ItemStatus.RUNNING,
     T.RUNNING: ItemStatus.RUNNING,
