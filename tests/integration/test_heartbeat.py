@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import pytest
 from steward.adapters.dynamo import count_requests
-from steward.adapters.task_store import SpawnCharge, SpawnRefused
-from steward.domain.models import PlanStatus, TaskStatus
-from steward.domain.tasks import task_for
+from steward.adapters.liveness import LivenessIndex
+from steward.domain.models import PlanStatus, Task, TaskStatus
+from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.heartbeat import LEASE_TTL, Outcome
 from steward.tables import TASKS
 from steward.wiring import Services
@@ -252,6 +252,82 @@ def test_retryable_failure_is_retried_with_the_next_attempt(loop: Loop) -> None:
     tick(loop)
     assert len(all_tasks(loop)) == 2  # max_attempts = 2: no third attempt
     assert loop.services.plans.get("alice", "demo").status is PlanStatus.COMPLETED
+
+
+def scheduled_ticks(loop: Loop) -> list[str]:
+    """Tick every user the scheduler would send (the liveness index); return who spawned."""
+    loop.clock.advance(2)
+    live = list(LivenessIndex(loop.services.tables).all_live_users())
+    return [spawned for user in live for spawned in loop.heartbeat.tick(user).spawned]
+
+
+def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(loop: Loop) -> None:
+    confirmed(loop, "A", max_attempts=1)
+    tick(loop)
+    [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
+    assert first is not None
+    failed, _ = loop.tasks.transition(
+        first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
+    )
+    loop.tasks.project_item(failed, now=loop.clock())
+    plans = loop.heartbeat.plans
+    real = plans.all_for_user
+
+    def read_then_retry(user: str):  # type: ignore[no-untyped-def]
+        # The tick holds the lease and has read the failed item; the person retries now.
+        seen = real(user)
+        loop.services.tasks.retry(user, failed.id)
+        return seen
+
+    plans.all_for_user = read_then_retry  # type: ignore[method-assign]
+    try:
+        assert tick(loop) is Outcome.WORKED  # it found no live work
+    finally:
+        plans.all_for_user = real  # type: ignore[method-assign]
+    assert "alice" in set(LivenessIndex(loop.services.tables).all_live_users()), (
+        "the tick that found no live work dropped the user from the liveness index after the retry"
+    )
+    [retried] = scheduled_ticks(loop)
+    task = loop.tasks.get(retried)
+    assert task is not None
+    assert (task.attempt, task.status) == (2, TaskStatus.QUEUED)
+
+
+def test_a_pull_request_reviving_a_failed_task_during_a_held_lease_still_completes_its_plan(
+    loop: Loop,
+) -> None:
+    confirmed(loop, "A", max_attempts=1)
+    tick(loop)
+    [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
+    assert first is not None
+    failed, _ = loop.tasks.transition(
+        first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
+    )
+    loop.tasks.project_item(failed, now=loop.clock())
+    tasks = loop.heartbeat.tasks
+    real = tasks.live_for_user
+    revived: list[Task] = []
+
+    def read_then_revive(user: str):  # type: ignore[no-untyped-def]
+        # The tick has read the failed item and no live task; the runtime had pushed, and a
+        # verified webhook reports the pull request now (section 3: failed -> review).
+        seen = real(user)
+        review, _ = tasks.transition(failed, TaskStatus.REVIEW, now=loop.clock(), event="pull_request")
+        tasks.project_item(review, now=loop.clock())
+        revived.append(review)
+        return seen
+
+    tasks.live_for_user = read_then_revive  # type: ignore[method-assign]
+    try:
+        assert tick(loop) is Outcome.WORKED  # it found no live work; its completion lost the race
+    finally:
+        tasks.live_for_user = real  # type: ignore[method-assign]
+    merged, _ = tasks.transition(revived[0], TaskStatus.MERGED, now=loop.clock(), event="pull_request")
+    tasks.project_item(merged, now=loop.clock())
+    scheduled_ticks(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    assert (plan.status, plan.active_items[0].status.value) == (PlanStatus.COMPLETED, "merged")
 
 
 def test_archiving_cancels_and_stops_running_tasks(loop: Loop) -> None:

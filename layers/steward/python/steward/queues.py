@@ -47,5 +47,3 @@ HEARTBEAT = QueueSpec(
     doc="One message per live user per tick window; group = user, so one user's heartbeats "
     "never run concurrently while different users' run in parallel.",
 )
-
-ALL_QUEUES: tuple[QueueSpec, ...] = (HEARTBEAT,)

@@ -5,6 +5,10 @@ concurrency: two requests). Status transitions are single `UpdateItem`s whose co
 encode the lifecycle, so concurrent confirms record one transition and the rest see it done.
 Every write bumps `version`, so a publish that read stale state fails its condition and
 merges again instead of overwriting a task link written in between.
+
+This module writes every plan item, including the plan parts of the task store's
+transactions (`item_link_update` for spawn, `item_reopen_update` for an explicit retry)
+and the projection of a task's status onto its item (`PlanStore.project_item`).
 """
 
 from __future__ import annotations
@@ -28,8 +32,80 @@ from steward.adapters.dynamo import (
 from steward.adapters.user_store import wake_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, NotFound
-from steward.domain.models import Plan, PlanItem, PlanStatus, iso
+from steward.domain.models import ItemStatus, Plan, PlanItem, PlanStatus, Task, iso
 from steward.tables import PLANS
+
+
+# ---- the plan parts of the task store's transactions
+def item_link_update(
+    tables: Tables, task: Task, *, previous_task_id: str | None, now: datetime
+) -> dict[str, Any]:
+    """The plan part of spawning `task`: link it to its item and mark the item running and
+    the plan in progress, on the condition that the plan still approves its current content
+    with the item at this revision and not removed, and that the item is linked to
+    `previous_task_id` (None: no task yet and still pending)."""
+    names = {"#s": "status", "#v": "version", "#k": task.item_key, "#items": "items"}
+    values: dict[str, Any] = {
+        ":tid": task.id,
+        ":running": ItemStatus.RUNNING.value,
+        ":in_progress": PlanStatus.IN_PROGRESS.value,
+        ":confirmed": PlanStatus.CONFIRMED.value,
+        ":rev": task.revision,
+        ":attempt": task.attempt,
+        ":false": False,
+        ":now": iso(now),
+        ":one": 1,
+    }
+    if previous_task_id is None:
+        link_condition = "attribute_not_exists(#items.#k.task_id) AND #items.#k.#s = :pending"
+        values[":pending"] = ItemStatus.PENDING.value
+    else:
+        link_condition = "#items.#k.task_id = :prev"
+        values[":prev"] = previous_task_id
+    return {
+        "TableName": tables.name(PLANS),
+        "Key": {"user": task.user, "slug": task.plan_slug},
+        "UpdateExpression": "SET #items.#k.task_id = :tid, #items.#k.#s = :running, "
+        "#items.#k.attempt = :attempt, #s = :in_progress, updated_at = :now ADD #v :one "
+        "REMOVE #items.#k.retry_requested, #items.#k.last_classification",
+        "ConditionExpression": "#s IN (:confirmed, :in_progress) AND approved_hash = content_hash"
+        " AND #items.#k.revision = :rev AND #items.#k.removed = :false AND " + link_condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+
+
+def item_reopen_update(tables: Tables, task: Task, *, now: datetime) -> dict[str, Any]:
+    """The plan part of an explicit retry of `task`: its item goes back to pending, still
+    linked to `task` (the next spawn's previous task), on the condition that the plan
+    approves its current content and `task` is the item's task at this revision. A
+    completed plan reopens: the retried item is work again."""
+    return {
+        "TableName": tables.name(PLANS),
+        "Key": {"user": task.user, "slug": task.plan_slug},
+        "UpdateExpression": "SET #items.#k.#s = :pending, #items.#k.retry_requested = :true, "
+        "#s = :in_progress, updated_at = :now ADD #v :one",
+        "ConditionExpression": "#s IN (:confirmed, :in_progress, :completed) "
+        "AND approved_hash = content_hash "
+        "AND #items.#k.task_id = :tid AND #items.#k.revision = :rev",
+        "ExpressionAttributeNames": {
+            "#k": task.item_key,
+            "#items": "items",
+            "#s": "status",
+            "#v": "version",
+        },
+        "ExpressionAttributeValues": {
+            ":pending": ItemStatus.PENDING.value,
+            ":true": True,
+            ":now": iso(now),
+            ":one": 1,
+            ":confirmed": PlanStatus.CONFIRMED.value,
+            ":in_progress": PlanStatus.IN_PROGRESS.value,
+            ":completed": PlanStatus.COMPLETED.value,
+            ":tid": task.id,
+            ":rev": task.revision,
+        },
+    }
 
 
 def plan_to_item(plan: Plan) -> dict[str, Any]:
@@ -224,6 +300,37 @@ class PlanStore:
             extra_set=", archived_at = :now",
             wake=True,
         )
+
+    # ---- the item projection of a task's status
+    def project_item(self, task: Task, *, now: datetime) -> bool:
+        """Copy a task's status onto its plan item, if the item still points at this task.
+        The task is the truth; this projection is repaired by the loop if a write is lost."""
+        item_status = lifecycle.ITEM_STATUS_OF[task.status]
+        try:
+            self._table.update_item(
+                Key={"user": task.user, "slug": task.plan_slug},
+                UpdateExpression="SET #items.#k.#s = :status, #items.#k.last_classification = :cls, "
+                "updated_at = :now ADD #v :one",
+                ConditionExpression="#items.#k.task_id = :tid AND #items.#k.#s <> :status",
+                ExpressionAttributeNames={
+                    "#items": "items",
+                    "#k": task.item_key,
+                    "#s": "status",
+                    "#v": "version",
+                },
+                ExpressionAttributeValues={
+                    ":status": item_status.value,
+                    ":cls": task.classification.value if task.classification else None,
+                    ":tid": task.id,
+                    ":now": iso(now),
+                    ":one": 1,
+                },
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
 
     # ---- loop
     def all_for_user(self, user: str) -> list[Plan]:

@@ -8,9 +8,15 @@ existing task back from the cancellation reason, creating nothing.
 
 Status changes go through `transition`: one TransactWriteItems that moves the task
 (conditional on the status and event sequence it was read with), appends its durable event
-with the next gapless sequence number, and, for lifecycle events, advances the owner's
-watermark (DESIGN section 1). Non-terminal tasks carry the attributes of the sparse
-`live_*` indexes; a terminal transition removes them.
+with the next gapless sequence number, and, for lifecycle events, wakes the owner's loop
+(DESIGN section 1; why a wake and not a bare watermark bump: `_write_transition`).
+Non-terminal tasks carry the attributes of the sparse `live_*` indexes; a terminal
+transition removes them.
+
+This store writes only task and event items. Each part of its transactions that touches a
+plan comes from `steward.adapters.plan_store`, each that touches a user from
+`steward.adapters.user_store`; this module assembles them and reads the cancellation
+reasons in that order.
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -36,44 +41,24 @@ from steward.adapters.dynamo import (
     plain,
     storable,
 )
+from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen_update
+from steward.adapters.user_store import spawn_charge_update, wake_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, LifecycleError, NotFound
 from steward.domain.ids import live_shard
 from steward.domain.models import (
     TERMINAL_TASK_STATUSES,
-    ItemStatus,
-    PlanStatus,
     Task,
     TaskStatus,
     iso,
 )
-from steward.tables import EVENTS, PLANS, TASKS, USERS
+from steward.domain.tasks import SpawnCharge, SpawnRefused
+from steward.tables import EVENTS, TASKS
 
 TRANSITION_ATTEMPTS = 5
 # Concurrent appends to one task each take the next seq or lose and retry; one always wins,
 # so N writers need at most N attempts.
 APPEND_ATTEMPTS = 64
-
-
-class SpawnRefused(LifecycleError):
-    """The plan or the user's loop state does not allow this spawn; nothing was written.
-    `reason` is "plan" (approval, revision, link) or "loop" (paused, disabled, daily cap
-    reached, or the caller's heartbeat lease was taken over)."""
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message, field="item" if reason == "plan" else "loop")
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class SpawnCharge:
-    """What the loop's spawn charges and checks on the user item, atomically with the task:
-    one spawn of the local `day`'s cap, under the heartbeat lease `lease_epoch`."""
-
-    day: str
-    cap: int
-    same_day: bool  # the user item's spawn_day was `day` when read
-    lease_epoch: int
 
 
 def task_to_item(task: Task) -> dict[str, Any]:
@@ -105,22 +90,11 @@ def item_to_task(item: Mapping[str, Any]) -> Task:
     return Task(id=data.pop("task_id"), **data)
 
 
-# Item status that a task status projects onto its plan item.
-ITEM_STATUS_OF = {
-    TaskStatus.QUEUED: ItemStatus.RUNNING,
-    TaskStatus.RUNNING: ItemStatus.RUNNING,
-    TaskStatus.REVIEW: ItemStatus.REVIEW,
-    TaskStatus.MERGED: ItemStatus.MERGED,
-    TaskStatus.CLOSED: ItemStatus.CLOSED,
-    TaskStatus.FAILED: ItemStatus.FAILED,
-    TaskStatus.CANCELLED: ItemStatus.FAILED,
-}
-
-
 class TaskStore:
     def __init__(self, tables: Tables) -> None:
         self._tables = tables
         self._table = tables.table(TASKS)
+        self._plans = PlanStore(tables)
 
     # ---- reads
     def get(self, task_id: str) -> Task | None:
@@ -139,17 +113,6 @@ class TaskStore:
         if task is None or task.user != user:
             raise NotFound(f"no task {task_id!r}", field="task_id")
         return task
-
-    def get_many(self, task_ids: list[str]) -> list[Task]:
-        out: list[Task] = []
-        for start in range(0, len(task_ids), 100):
-            keys: list[dict[str, Any]] = [{"task_id": t} for t in task_ids[start : start + 100]]
-            request: dict[str, Any] = {self._tables.name(TASKS): {"Keys": keys, "ConsistentRead": True}}
-            while request:
-                page = self._tables.resource.batch_get_item(RequestItems=request)
-                out += [item_to_task(i) for i in page["Responses"].get(self._tables.name(TASKS), [])]
-                request = dict(page.get("UnprocessedKeys") or {})
-        return out
 
     def page(
         self, user: str, *, plan_id: str | None, limit: int, cursor: str | None
@@ -210,24 +173,6 @@ class TaskStore:
         `previous_task_id` (None: no task yet and still pending). With a `charge`, the user's
         loop must be enabled, not paused, under the daily cap, and still leased to the caller.
         Violations raise SpawnRefused and write nothing."""
-        names = {"#s": "status", "#v": "version", "#k": task.item_key, "#items": "items"}
-        values: dict[str, Any] = {
-            ":tid": task.id,
-            ":running": ItemStatus.RUNNING.value,
-            ":in_progress": PlanStatus.IN_PROGRESS.value,
-            ":confirmed": PlanStatus.CONFIRMED.value,
-            ":rev": task.revision,
-            ":attempt": task.attempt,
-            ":false": False,
-            ":now": iso(now),
-            ":one": 1,
-        }
-        if previous_task_id is None:
-            link_condition = "attribute_not_exists(#items.#k.task_id) AND #items.#k.#s = :pending"
-            values[":pending"] = ItemStatus.PENDING.value
-        else:
-            link_condition = "#items.#k.task_id = :prev"
-            values[":prev"] = previous_task_id
         actions: list[dict[str, Any]] = [
             {
                 "Put": {
@@ -237,22 +182,10 @@ class TaskStore:
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
-            {
-                "Update": {
-                    "TableName": self._tables.name(PLANS),
-                    "Key": {"user": task.user, "slug": task.plan_slug},
-                    "UpdateExpression": "SET #items.#k.task_id = :tid, #items.#k.#s = :running, "
-                    "#items.#k.attempt = :attempt, #s = :in_progress, updated_at = :now ADD #v :one "
-                    "REMOVE #items.#k.retry_requested, #items.#k.last_classification",
-                    "ConditionExpression": "#s IN (:confirmed, :in_progress) AND approved_hash = content_hash"
-                    " AND #items.#k.revision = :rev AND #items.#k.removed = :false AND " + link_condition,
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": values,
-                }
-            },
+            {"Update": item_link_update(self._tables, task, previous_task_id=previous_task_id, now=now)},
         ]
         if charge is not None:
-            actions.append({"Update": self._charge_update(task.user, charge, now)})
+            actions.append({"Update": spawn_charge_update(self._tables, task.user, charge, now=now)})
         try:
             self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         except ClientError as exc:
@@ -277,36 +210,6 @@ class TaskStore:
             raise Conflict("a concurrent write touched the same items; retry") from exc
         return task, True
 
-    def _charge_update(self, user: str, charge: SpawnCharge, now: datetime) -> dict[str, Any]:
-        values: dict[str, Any] = {
-            ":day": charge.day,
-            ":one": 1,
-            ":epoch": charge.lease_epoch,
-            ":true": True,
-            ":false": False,
-            ":shard": live_shard(user),
-            ":now": iso(now),
-        }
-        gate = "lease_epoch = :epoch AND (attribute_not_exists(paused) OR paused = :false) AND (attribute_not_exists(enabled) OR enabled = :true)"
-        if charge.same_day:
-            values[":cap"] = charge.cap
-            update = "SET live_shard = :shard, last_spawn_at = :now ADD spawn_count :one"
-            condition = f"spawn_day = :day AND spawn_count < :cap AND {gate}"
-        else:
-            if charge.cap < 1:
-                values[":never"] = "never"  # a zero cap refuses every spawn
-                condition = f"spawn_day = :never AND {gate}"
-            else:
-                condition = f"(attribute_not_exists(spawn_day) OR spawn_day <> :day) AND {gate}"
-            update = "SET live_shard = :shard, last_spawn_at = :now, spawn_day = :day, spawn_count = :one"
-        return {
-            "TableName": self._tables.name(USERS),
-            "Key": {"user": user},
-            "UpdateExpression": update,
-            "ConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-        }
-
     # ---- status changes with durable events
     def transition(
         self,
@@ -322,7 +225,7 @@ class TaskStore:
         lifecycle_event: bool = True,
         overdue_at: datetime | None = None,
     ) -> tuple[Task, bool]:
-        """Move `task` (as read) to `target`, append its event, advance the watermark.
+        """Move `task` (as read) to `target`, append its event, wake the owner's loop.
 
         Returns (task as stored, changed). Assigning the status a task already has is a
         no-op, so replays and redeliveries are harmless; a transition the lifecycle forbids
@@ -369,6 +272,20 @@ class TaskStore:
         lifecycle_event: bool,
         overdue_at: datetime | None = None,
     ) -> Task:
+        """One transaction: the task, its event, and for a lifecycle event the owner's wake.
+
+        A lifecycle event wakes the loop (watermark, liveness index and `live_mark`) rather
+        than only advancing the watermark. The watermark contract (DESIGN section 1) says
+        the loop acts on every advance, but a tick that holds the lease records as processed
+        the watermark it read and, finding no live work, takes the user out of the liveness
+        index unless `live_mark` moved: an advance without the mark made during that tick is
+        never acted on, because the scheduler no longer sends the user. Most status changes
+        would survive it (a task the tick read as live is live work, so the tick keeps the
+        user: a webhook moving it to review, a runtime failing it), but not a revival: a
+        verified webhook moving a failed task to review after the tick read it as failed
+        also bumps the plan's version, so the tick's completion of the plan fails, the user
+        leaves the index, and the plan never completes. The wake costs no request (it is the
+        same user-item part) and at most one tick that finds nothing to do."""
         seq = task.event_seq + 1
         sets: dict[str, Any] = {"status": target.value, "updated_at": iso(now), "event_seq": seq}
         if task.terminal and target not in TERMINAL_TASK_STATUSES:
@@ -406,16 +323,7 @@ class TaskStore:
             self._event_put(task, seq, event, {"status": target.value, **(data or {})}, now),
         ]
         if lifecycle_event:
-            actions.append(
-                {
-                    "Update": {
-                        "TableName": self._tables.name(USERS),
-                        "Key": {"user": task.user},
-                        "UpdateExpression": "ADD watermark :one",
-                        "ExpressionAttributeValues": {":one": 1},
-                    }
-                }
-            )
+            actions.append({"Update": wake_update(self._tables, task.user)})
         self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         merged = task.model_dump()
         merged.update({k: v for k, v in sets.items() if k in Task.model_fields})
@@ -527,34 +435,8 @@ class TaskStore:
 
     # ---- plan item projection
     def project_item(self, task: Task, *, now: datetime) -> bool:
-        """Copy a task's status onto its plan item, if the item still points at this task.
-        The task is the truth; this projection is repaired by the loop if a write is lost."""
-        item_status = ITEM_STATUS_OF[task.status]
-        try:
-            self._tables.table(PLANS).update_item(
-                Key={"user": task.user, "slug": task.plan_slug},
-                UpdateExpression="SET #items.#k.#s = :status, #items.#k.last_classification = :cls, "
-                "updated_at = :now ADD #v :one",
-                ConditionExpression="#items.#k.task_id = :tid AND #items.#k.#s <> :status",
-                ExpressionAttributeNames={
-                    "#items": "items",
-                    "#k": task.item_key,
-                    "#s": "status",
-                    "#v": "version",
-                },
-                ExpressionAttributeValues={
-                    ":status": item_status.value,
-                    ":cls": task.classification.value if task.classification else None,
-                    ":tid": task.id,
-                    ":now": iso(now),
-                    ":one": 1,
-                },
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        """Copy a task's status onto its plan item (the plan store's write; see there)."""
+        return self._plans.project_item(task, now=now)
 
     # ---- client actions
     def cancel(self, user: str, task_id: str, *, now: datetime, reason: str) -> Task:
@@ -573,60 +455,26 @@ class TaskStore:
         retryable = (TaskStatus.FAILED, TaskStatus.CLOSED, TaskStatus.CANCELLED)
         if task.status not in retryable:
             raise LifecycleError(f"a task that is {task.status.value} cannot be retried", field="status")
+        actions: list[Any] = [
+            {
+                "ConditionCheck": {
+                    "TableName": self._tables.name(TASKS),
+                    "Key": {"task_id": task.id},
+                    "ConditionExpression": "#u = :u AND #s IN (:a, :b, :c)",
+                    "ExpressionAttributeNames": {"#u": "user", "#s": "status"},
+                    "ExpressionAttributeValues": {
+                        ":u": task.user,
+                        **{f":{n}": s.value for n, s in zip("abc", retryable, strict=True)},
+                    },
+                }
+            },
+            {"Update": item_reopen_update(self._tables, task, now=now)},
+            # The wake, not a bare watermark bump: a heartbeat may hold the lease now, and the
+            # tick it is finishing must not take the user out of the liveness index.
+            {"Update": wake_update(self._tables, task.user)},
+        ]
         try:
-            self._tables.client.transact_write_items(
-                TransactItems=[
-                    {
-                        "ConditionCheck": {
-                            "TableName": self._tables.name(TASKS),
-                            "Key": {"task_id": task.id},
-                            "ConditionExpression": "#u = :u AND #s IN (:a, :b, :c)",
-                            "ExpressionAttributeNames": {"#u": "user", "#s": "status"},
-                            "ExpressionAttributeValues": {
-                                ":u": task.user,
-                                **{f":{n}": s.value for n, s in zip("abc", retryable, strict=True)},
-                            },
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self._tables.name(PLANS),
-                            "Key": {"user": task.user, "slug": task.plan_slug},
-                            # A completed plan reopens: the retried item is work again.
-                            "UpdateExpression": "SET #items.#k.#s = :pending, #items.#k.retry_requested = :true, "
-                            "#s = :in_progress, updated_at = :now ADD #v :one",
-                            "ConditionExpression": "#s IN (:confirmed, :in_progress, :completed) "
-                            "AND approved_hash = content_hash "
-                            "AND #items.#k.task_id = :tid AND #items.#k.revision = :rev",
-                            "ExpressionAttributeNames": {
-                                "#k": task.item_key,
-                                "#items": "items",
-                                "#s": "status",
-                                "#v": "version",
-                            },
-                            "ExpressionAttributeValues": {
-                                ":pending": ItemStatus.PENDING.value,
-                                ":true": True,
-                                ":now": iso(now),
-                                ":one": 1,
-                                ":confirmed": PlanStatus.CONFIRMED.value,
-                                ":in_progress": PlanStatus.IN_PROGRESS.value,
-                                ":completed": PlanStatus.COMPLETED.value,
-                                ":tid": task.id,
-                                ":rev": task.revision,
-                            },
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self._tables.name(USERS),
-                            "Key": {"user": task.user},
-                            "UpdateExpression": "SET live_shard = :shard ADD watermark :one",
-                            "ExpressionAttributeValues": {":shard": live_shard(task.user), ":one": 1},
-                        }
-                    },
-                ]
-            )
+            self._tables.client.transact_write_items(TransactItems=actions)
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
                 raise

@@ -5,6 +5,10 @@ Attributes besides the settings: `watermark` (advanced by lifecycle events and a
 (the heartbeat's in-flight lease; the epoch fences late writes), `spawn_day`/`spawn_count`
 (the daily cap, charged by spawn itself), and `live_shard`/`live_mark` (membership of the
 scheduler's sparse liveness index).
+
+This module writes every user item, including the user-item parts of the other stores'
+transactions (`wake_update`, `spawn_charge_update`), so the loop's bookkeeping has one
+writer and a new write cannot forget half of it.
 """
 
 from __future__ import annotations
@@ -18,19 +22,63 @@ from steward.adapters.dynamo import Tables, is_conditional_failure, plain
 from steward.domain.ids import live_shard
 from steward.domain.loop import LoopSettings, LoopSettingsUpdate, LoopState
 from steward.domain.models import iso
+from steward.domain.tasks import SpawnCharge
 from steward.tables import USERS
 
 _SETTINGS_FIELDS = tuple(LoopSettings.model_fields)
 
 
+# ---- the user-item parts of other stores' transactions
 def wake_update(tables: Tables, user: str) -> dict[str, Any]:
-    """The user-item half of a write that should make the loop act: advance the watermark
-    and join the liveness index (the heartbeat removes users with no live work)."""
+    """The user-item part of every write that should make the loop act (DESIGN section 1):
+    a plan's confirmation or archival, an explicit retry, a task's lifecycle event. It
+    advances the watermark, joins the liveness index, and bumps `live_mark`.
+
+    The three go together. A tick records as processed the watermark it read, and a tick
+    that found no live work leaves the index unless `live_mark` moved since its read
+    (`UserStore.finish_tick`); an advance without the mark, made while a heartbeat holds
+    the lease, would be unprocessed and unscheduled at once: the scheduler would never
+    send the tick that acts on it."""
     return {
         "TableName": tables.name(USERS),
         "Key": {"user": user},
         "UpdateExpression": "SET live_shard = :shard ADD watermark :one, live_mark :one",
         "ExpressionAttributeValues": {":shard": live_shard(user), ":one": 1},
+    }
+
+
+def spawn_charge_update(tables: Tables, user: str, charge: SpawnCharge, *, now: datetime) -> dict[str, Any]:
+    """The user-item part of the loop's spawn: charge one spawn of the day's cap, on the
+    condition that the loop is enabled, not paused, under the cap and still leased at
+    `charge.lease_epoch`. It joins the liveness index without bumping `live_mark`: only
+    the lease holder can charge, and its own tick reports the spawn as live work."""
+    values: dict[str, Any] = {
+        ":day": charge.day,
+        ":one": 1,
+        ":epoch": charge.lease_epoch,
+        ":true": True,
+        ":false": False,
+        ":shard": live_shard(user),
+        ":now": iso(now),
+    }
+    gate = "lease_epoch = :epoch AND (attribute_not_exists(paused) OR paused = :false) AND (attribute_not_exists(enabled) OR enabled = :true)"
+    if charge.same_day:
+        values[":cap"] = charge.cap
+        update = "SET live_shard = :shard, last_spawn_at = :now ADD spawn_count :one"
+        condition = f"spawn_day = :day AND spawn_count < :cap AND {gate}"
+    else:
+        if charge.cap < 1:
+            values[":never"] = "never"  # a zero cap refuses every spawn
+            condition = f"spawn_day = :never AND {gate}"
+        else:
+            condition = f"(attribute_not_exists(spawn_day) OR spawn_day <> :day) AND {gate}"
+        update = "SET live_shard = :shard, last_spawn_at = :now, spawn_day = :day, spawn_count = :one"
+    return {
+        "TableName": tables.name(USERS),
+        "Key": {"user": user},
+        "UpdateExpression": update,
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": values,
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from steward.domain.errors import LifecycleError
 from steward.domain.models import (
     TERMINAL_PLAN_STATUSES,
-    TERMINAL_TASK_STATUSES,
+    ItemStatus,
     PlanStatus,
     TaskStatus,
 )
@@ -89,5 +89,15 @@ def task_transition(current: TaskStatus, target: TaskStatus) -> TaskStatus:
     raise LifecycleError(f"a task that is {current.value} cannot become {target.value}", field="status")
 
 
-def is_terminal(status: TaskStatus) -> bool:
-    return status in TERMINAL_TASK_STATUSES
+# The status a task's status projects onto its plan item (the task is the truth; the item
+# shows it). Items have no `cancelled` status: a cancelled task's item is failed, and a
+# person may retry it.
+ITEM_STATUS_OF: dict[TaskStatus, ItemStatus] = {
+    T.QUEUED: ItemStatus.RUNNING,
+    T.RUNNING: ItemStatus.RUNNING,
+    T.REVIEW: ItemStatus.REVIEW,
+    T.MERGED: ItemStatus.MERGED,
+    T.CLOSED: ItemStatus.CLOSED,
+    T.FAILED: ItemStatus.FAILED,
+    T.CANCELLED: ItemStatus.FAILED,
+}

@@ -58,15 +58,9 @@ class Classification(StrEnum):
     FINAL = "final"
 
 
-# Plans the loop acts on; the others wait for a person.
-ACTIVE_PLAN_STATUSES = frozenset({PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS})
 TERMINAL_PLAN_STATUSES = frozenset({PlanStatus.COMPLETED, PlanStatus.ARCHIVED})
 TERMINAL_TASK_STATUSES = frozenset(
     {TaskStatus.MERGED, TaskStatus.CLOSED, TaskStatus.FAILED, TaskStatus.CANCELLED}
-)
-# An item in one of these needs no more work.
-FINISHED_ITEM_STATUSES = frozenset(
-    {ItemStatus.MERGED, ItemStatus.CLOSED, ItemStatus.FAILED, ItemStatus.DONE, ItemStatus.REMOVED}
 )
 
 

@@ -16,7 +16,7 @@ from difflib import SequenceMatcher
 from steward.domain import lifecycle
 from steward.domain.documents import ParsedItem, TaskDocument
 from steward.domain.ids import item_key
-from steward.domain.models import FINISHED_ITEM_STATUSES, ItemStatus, Plan, PlanItem
+from steward.domain.models import ItemStatus, Plan, PlanItem
 
 
 @dataclass(frozen=True)
@@ -180,8 +180,3 @@ def publish(
             }
         )
     return PublishResult(plan, changed=True)
-
-
-def is_complete(plan: Plan) -> bool:
-    """Every item is merged, closed, failed, done or removed (DESIGN section 3)."""
-    return all(i.shown_status in FINISHED_ITEM_STATUSES for i in plan.items)

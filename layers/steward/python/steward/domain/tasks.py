@@ -1,15 +1,40 @@
-"""Building a task for an approved item: every field derives from the plan and the item,
-so a replayed spawn builds the very same task (same id, same branch)."""
+"""Spawning a task for an approved item. `task_for` builds it: every field derives from the
+plan and the item, so a replayed spawn builds the very same task (same id, same branch).
+`SpawnCharge` is what the loop's spawn charges with it, and `SpawnRefused` what a spawn
+that may not happen raises."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from steward.domain.errors import LifecycleError
 from steward.domain.ids import branch_name, task_id
 from steward.domain.models import Plan, PlanItem, Task
 
 LAUNCH_GRACE = timedelta(minutes=5)
+
+
+class SpawnRefused(LifecycleError):
+    """The plan or the user's loop state does not allow this spawn; nothing was written.
+    `reason` is "plan" (approval, revision, link) or "loop" (paused, disabled, daily cap
+    reached, or the caller's heartbeat lease was taken over)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message, field="item" if reason == "plan" else "loop")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class SpawnCharge:
+    """What the loop's spawn charges and checks on the user item, atomically with the task:
+    one spawn of the local `day`'s cap, under the heartbeat lease `lease_epoch`."""
+
+    day: str
+    cap: int
+    same_day: bool  # the user item's spawn_day was `day` when read
+    lease_epoch: int
 
 
 def task_for(

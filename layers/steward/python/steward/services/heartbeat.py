@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from steward.adapters.plan_store import PlanStore
-from steward.adapters.task_store import SpawnCharge, SpawnRefused, TaskStore
+from steward.adapters.task_store import TaskStore
 from steward.adapters.ticket_store import TicketStore
 from steward.adapters.user_store import UserStore
 from steward.domain import gates
@@ -37,7 +37,7 @@ from steward.domain.reconcile import (
     Spawn,
     reconcile,
 )
-from steward.domain.tasks import task_for
+from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.launching import launch_task
 
 logger = logging.getLogger(__name__)
