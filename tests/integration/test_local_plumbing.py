@@ -793,3 +793,70 @@ def test_rest_adapter_refuses_oversized_bodies(rest: LambdaHttpServer, recorder:
     ok = httpx.post(f"{rest.url}/v1/relay/converse", content=b"x" * 1024)
     assert ok.status_code == 200
     assert ok.json()["body"] == "x" * 1024
+
+
+# -- the HTTP base every local server shares (steward.local.http_base) ----------------------------
+
+
+def _exchange(server: LambdaHttpServer, raw: bytes) -> bytes:
+    """Send `raw` on one connection and read until the server closes it (bounded)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(raw)
+        while chunk := connection.recv(65536):
+            received += chunk
+    return received
+
+
+def test_a_body_without_a_usable_length_is_a_400_that_closes_the_connection(
+    rest: LambdaHttpServer, recorder: Recorder
+) -> None:
+    for length in ("-1", "12abc", "1_0", "+5", "0x10", "5, 6", "9" * 40):
+        request = f"POST /v1/relay/converse HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\nhello"
+        # the second request is never read: after a 400 where the body ends is unknown
+        answer = _exchange(rest, request.encode() + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 400 "), length
+        assert b"\r\nConnection: close\r\n" in answer, length
+        assert answer.count(b"HTTP/1.1 ") == 1, length
+        assert b'"invalid Content-Length"' in answer, length
+    assert recorder.events == []
+
+
+def test_chunked_bodies_are_decoded_within_the_limit(rest: LambdaHttpServer, recorder: Recorder) -> None:
+    url = f"{rest.url}/v1/relay/converse"
+    ok = httpx.post(url, content=iter([b"hello ", b"chunked ", b"world"]))
+    assert ok.status_code == 200
+    assert recorder.events[-1]["body"] == "hello chunked world"
+    over = httpx.post(url, content=iter([b"x" * 1000, b"x" * 25]))
+    assert over.status_code == 413
+    assert over.json()["error"]["code"] == "too_large"
+    for chunks in (b"-1\r\nx\r\n0\r\n\r\n", b"zz\r\nx\r\n0\r\n\r\n", b"5\r\nhi\r\n0\r\n\r\n"):
+        head = b"POST /v1/relay/converse HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        answer = _exchange(rest, head + chunks)
+        assert answer.startswith(b"HTTP/1.1 400 "), chunks
+        assert b'"invalid chunked body"' in answer, chunks
+    assert len(recorder.events) == 1
+
+
+def test_keep_alive_serves_requests_in_turn_on_one_connection(
+    rest: LambdaHttpServer, recorder: Recorder
+) -> None:
+    one = b"POST /v1/relay/converse HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\none"
+    last = (
+        b"POST /v1/relay/converse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\nlast"
+    )
+    answer = _exchange(rest, one + last)
+    assert answer.count(b"HTTP/1.1 200 ") == 2
+    assert [event["body"] for event in recorder.events] == ["one", "last"]
+
+
+def test_the_http_base_logs_no_header_body_or_token(
+    rest: LambdaHttpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "Bearer secret-token-marker"
+    with caplog.at_level(logging.DEBUG):
+        httpx.post(f"{rest.url}/v1/relay/converse", headers={"Authorization": secret}, content=b"body-marker")
+        _exchange(rest, f"POST /x HTTP/1.1\r\nAuthorization: {secret}\r\nContent-Length: -1\r\n\r\n".encode())
+    assert "secret-token-marker" not in caplog.text
+    assert "body-marker" not in caplog.text

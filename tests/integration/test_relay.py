@@ -3,12 +3,20 @@ input refused before the provider is called, with nothing charged."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 import pytest
 from steward.adapters.dynamo import count_requests
+from steward.adapters.price_file import load_price_table
+from steward.domain.budget import input_bound_tokens, max_cost
+from steward.domain.converse import ConverseRequest, payload_bytes
 from steward.domain.errors import (
     BadRequest,
     BudgetExhausted,
@@ -20,6 +28,7 @@ from steward.domain.errors import (
     Unauthorized,
 )
 from steward.domain.models import Task, TaskStatus, utcnow
+from steward.local.http_adapter import LambdaHttpServer
 from steward.services.reaper import Reaper
 from steward.wiring import Services
 
@@ -242,3 +251,48 @@ def test_the_capabilitys_own_ceiling_binds_below_the_tasks_budget(kit: RelayKit)
     cost, committed = kit.spent(task)
     assert cost == committed <= Decimal("0.0005")
     kit.call(task)  # the task's own budget still has room for a capability that allows it
+
+
+BURST = 120
+
+
+def test_a_burst_of_connections_to_the_relay_lambda_is_answered_never_reset(
+    kit: RelayKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """120 callers connect at once (socketserver's default backlog of 5 reset about half of
+    them): each is queued and answered, 200 while the budget lasts and 402 or 429 after."""
+    from steward import relay_handler  # noqa: PLC0415
+
+    monkeypatch.setattr(relay_handler, "relay", lambda: kit.relay)
+    entry = load_price_table().entry("scripted")
+    reserved = max_cost(entry, input_bound_tokens(payload_bytes(ConverseRequest.model_validate(ask()))), 64)
+    cap = reserved * 5  # the relay admits about 5 calls before it refuses
+    task = kit.running_task(budget=str(cap), slug="burst")
+    headers = {"Authorization": f"Bearer {kit.capability(task)}", "Content-Type": "application/json"}
+    body = json.dumps(ask())
+    together = threading.Barrier(BURST, timeout=10)
+
+    def call(url: str) -> int | str:
+        address = urlsplit(url)
+        together.wait()
+        connection = http.client.HTTPConnection(address.netloc, timeout=30)
+        try:
+            connection.request("POST", "/v1/relay/converse", body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            return response.status
+        except (OSError, http.client.HTTPException) as exc:  # a reset, a refusal, a broken pipe
+            return type(exc).__name__
+        finally:
+            connection.close()
+
+    with (
+        LambdaHttpServer(relay_handler.lambda_handler, kind="rest_api") as server,
+        ThreadPoolExecutor(BURST) as pool,
+    ):
+        answers = Counter(pool.map(call, [server.url] * BURST))
+    assert set(answers) <= {200, 402, 429}, answers
+    assert answers[200] >= 1, answers
+    assert answers[402] + answers[429] >= 1, answers
+    cost, committed = kit.spent(task)
+    assert cost == committed <= cap

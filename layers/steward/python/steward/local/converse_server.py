@@ -23,11 +23,11 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
-from steward.local.running import Running, base_url, serve_in_thread, shut_down
+from steward.local.http_base import LocalHandler, LocalHttpServer, Refused
+from steward.local.running import Running
 
 _LOG = logging.getLogger(__name__)
 _MAX_BODY = 32 * 1024 * 1024
@@ -55,80 +55,41 @@ class JsonLoopbackServer(Running):
         self._route = route
         self._address = (host, port)
         self._name = name
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: LocalHttpServer[Route] | None = None
 
     @property
     def url(self) -> str:
         """Base URL such as `http://127.0.0.1:54321`; only valid while started."""
         if self._server is None:
             raise RuntimeError(f"{self._name} server is not started")
-        return base_url(self._server.server_address)
+        return self._server.url
 
     def start(self) -> None:
-        if self._server is not None:
-            return
-        server = _Server(self._address, _Handler)
-        server.route = self._route
-        self._server = server
-        self._thread = serve_in_thread(server, self._name)
+        if self._server is None:
+            self._server = LocalHttpServer(self._address, _Handler, self._route, name=self._name)
+            self._server.start()
 
     def stop(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        shut_down(server, thread)
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    route: Route
+class _Handler(LocalHandler):
+    server: LocalHttpServer[Route]
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        _LOG.debug("connection from %s failed", client_address, exc_info=True)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "steward-local"
-    sys_version = ""
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log."""
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
+    def serve(self) -> None:
+        body = self.read_body(_MAX_BODY)
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if not 0 <= length <= _MAX_BODY:
-            self.close_connection = True
-            self._send(Reply(400, {"message": "invalid Content-Length"}))
-            return
-        body = self.rfile.read(length)
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        try:
-            reply = self.server.route(self.command, self.path, headers, body)
+            reply = self.server.app(self.command, self.path, self.header_map(), body)
         except Exception as exc:  # a broken behaviour: answer 500, keep serving
             _LOG.warning("loopback route failed with %s", type(exc).__name__)
             reply = Reply(500, {"message": "internal error"})
-        self._send(reply)
+        self.send_json(reply.status, reply.body, reply.headers.items())
 
-    def _send(self, reply: Reply) -> None:
-        payload = json.dumps(reply.body).encode()
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+    def refuse(self, refused: Refused) -> None:
+        """Before any route runs, so in the one shape both protocols' clients read: `{"message"}`."""
+        self.send_json(refused.status, {"message": refused.message}, close=refused.close)
 
 
 # -- Converse ----------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
 import logging
 import os
@@ -37,12 +36,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote
 
 from steward.domain.errors import Unauthorized
-from steward.local.running import Running, base_url, serve_in_thread, shut_down
+from steward.local.http_base import LocalHandler, LocalHttpServer, Refused
+from steward.local.running import Running
 
 _LOG = logging.getLogger(__name__)
 
@@ -53,8 +52,6 @@ KINDS: tuple[Kind, ...] = ("http_api", "function_url", "rest_api")
 REST_STAGE = "local"  # the stage name of the local REST API: `requestContext.stage`
 
 TIMEOUT_SECONDS = 30.0  # API Gateway's integration timeout: the handler's budget
-_IDLE_SECONDS = 60.0  # keep-alive connections idle longer than this are closed
-_DRAIN_LIMIT = 64 * 1024 * 1024  # an oversized body up to this size is read and dropped
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _TEXT_TYPES = (
     "text/",
@@ -104,14 +101,6 @@ class LambdaContext:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
-class _Reject(Exception):
-    """Answer with a JSON error without invoking the handler."""
-
-    def __init__(self, status: int, code: str, message: str, *, close: bool = False) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.close = status, code, message, close
-
-
 class LambdaHttpServer(Running):
     """One Lambda handler behind a loopback HTTP server; see the module docstring."""
 
@@ -140,27 +129,25 @@ class LambdaHttpServer(Running):
         self.function_name = function_name
         self.invocation_lock = invocation_lock if invocation_lock is not None else threading.Lock()
         self._address = (host, port)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: LocalHttpServer[LambdaHttpServer] | None = None
 
     @property
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("LambdaHttpServer is not started")
-        return base_url(self._server.server_address)
+        return self._server.url
 
     def start(self) -> None:
-        if self._server is not None:
-            return
-        server = _Server(self._address, _RequestHandler)
-        server.adapter = self
-        self._server = server
-        self._thread = serve_in_thread(server, f"lambda-http-{self.function_name}")
+        if self._server is None:
+            self._server = LocalHttpServer(
+                self._address, _RequestHandler, self, name=f"lambda-http-{self.function_name}"
+            )
+            self._server.start()
 
     def stop(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        shut_down(server, thread)
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
 
     def invoke(self, event: dict[str, Any]) -> Any:
         """Run the handler once with a fresh context, as one Lambda invocation."""
@@ -169,125 +156,55 @@ class LambdaHttpServer(Running):
             return self.handler(event, context)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    adapter: LambdaHttpServer
+class _RequestHandler(LocalHandler):
+    methods = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+    server: LocalHttpServer[LambdaHttpServer]
+    request_id = ""
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A dropped connection is the client's business: no traceback on stderr."""
-        _LOG.debug("connection from %s failed", client_address, exc_info=True)
-
-
-class _RequestHandler(BaseHTTPRequestHandler):
-    # Headers and body go out in separate writes; without this, Nagle holds the body
-    # back on loopback for ~40 ms per response.
-    disable_nagle_algorithm = True
-    protocol_version = "HTTP/1.1"
-    server_version = "steward-local"
-    sys_version = ""
-    timeout = _IDLE_SECONDS
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log: request lines can carry secrets in query strings."""
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_HEAD(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_PUT(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def do_PATCH(self) -> None:
-        self._serve()
-
-    def do_OPTIONS(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
-        adapter = self.server.adapter
-        request_id = str(uuid.uuid4())
+    def serve(self) -> None:
+        adapter = self.server.app
+        self.request_id = str(uuid.uuid4())
         try:
-            body = self._read_body(adapter.max_body_bytes)
-            event = self._event(adapter, body, request_id)
+            body = self.read_body(adapter.max_body_bytes)
+            event = self._event(adapter, body, self.request_id)
             self._authorize(adapter, event)
-        except _Reject as reject:
-            self._send_error(reject.status, reject.code, reject.message, request_id, close=reject.close)
+        except Refused as refused:
+            self.refuse(refused)
             return
         except Exception as exc:  # an authorizer bug or a broken request: fail closed with a 500
-            _log_failure("front door", adapter.function_name, exc, request_id)
-            self._send_error(500, "internal", "internal error", request_id, close=True)
+            _log_failure("front door", adapter.function_name, exc, self.request_id)
+            self.refuse(Refused(500, "internal", "internal error", close=True))
             return
         try:
             result = adapter.invoke(event)
             status, headers, payload = _http_response(result, v1=adapter.kind == "rest_api")
         except Exception as exc:
-            _log_failure("handler", adapter.function_name, exc, request_id)
-            self._send_error(500, "internal", "internal error", request_id)
+            _log_failure("handler", adapter.function_name, exc, self.request_id)
+            self.refuse(Refused(500, "internal", "internal error"))
             return
-        self._send(status, headers, payload, request_id)
+        self.send(status, payload, [*headers, self._request_id_header()])
+
+    def refuse(self, refused: Refused) -> None:
+        headers = [self._request_id_header()]
+        if refused.status == 401:
+            headers.append(("WWW-Authenticate", "Bearer"))
+        self.send_error_json(refused.status, refused.code, refused.message, headers, close=refused.close)
+
+    def _request_id_header(self) -> tuple[str, str]:
+        # REST APIs name their request id header differently from HTTP APIs
+        rest = self.server.app.kind == "rest_api"
+        return ("x-amzn-RequestId" if rest else "apigw-requestid", self.request_id)
 
     # -- request ---------------------------------------------------------------------------
-
-    def _read_body(self, limit: int) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            return self._read_chunked(limit)
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            return b""
-        try:
-            length = int(raw)
-            if length < 0:
-                raise ValueError(raw)
-        except ValueError:
-            raise _Reject(400, "bad_request", "invalid Content-Length", close=True) from None
-        if length > limit:
-            if length <= _DRAIN_LIMIT:  # let the client finish sending so it reads the answer
-                _discard(self.rfile, length)
-            raise _Reject(413, "too_large", f"request body exceeds {limit} bytes", close=True)
-        return self.rfile.read(length)
-
-    def _read_chunked(self, limit: int) -> bytes:
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            line = self.rfile.readline(1024)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise _Reject(400, "bad_request", "invalid chunked body", close=True) from None
-            if size == 0:
-                while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(chunks)
-            total += size
-            if total > limit:
-                raise _Reject(413, "too_large", f"request body exceeds {limit} bytes", close=True)
-            chunks.append(self.rfile.read(size))
-            self.rfile.readline(3)
 
     def _event(self, adapter: LambdaHttpServer, body: bytes, request_id: str) -> dict[str, Any]:
         raw_path, _, raw_query = self.path.partition("?")
         if not raw_path.startswith("/") or any(s in (".", "..") for s in unquote(raw_path).split("/")):
-            raise _Reject(400, "bad_request", "invalid request path")
+            raise Refused(400, "bad_request", "invalid request path")
         if adapter.kind == "rest_api":
             return self._rest_event(body, request_id, raw_path, raw_query)
-        headers: dict[str, str] = {}
-        cookies: list[str] = []
-        for name, value in self.headers.items():
-            key = name.lower()
-            if key == "cookie":
-                cookies.extend(c.strip() for c in value.split(";") if c.strip())
-            else:
-                headers[key] = f"{headers[key]},{value}" if key in headers else value
+        headers = self.header_map()
+        cookies = [c.strip() for c in headers.pop("cookie", "").split(";") if c.strip()]
         client_ip = self.client_address[0]
         forwarded = headers.get("x-forwarded-for")
         headers["x-forwarded-for"] = f"{forwarded}, {client_ip}" if forwarded else client_ip
@@ -417,44 +334,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if not scheme:
-            raise _Reject(401, "unauthorized", "missing bearer token")
+            raise Refused(401, "unauthorized", "missing bearer token")
         if scheme.lower() != "bearer" or not token or " " in token or "," in token:
-            raise _Reject(401, "unauthorized", "Authorization header must be 'Bearer <token>'")
+            raise Refused(401, "unauthorized", "Authorization header must be 'Bearer <token>'")
         try:
             claims = adapter.authorizer(token)
         except Unauthorized as exc:
-            raise _Reject(401, "unauthorized", exc.message) from None
+            raise Refused(401, "unauthorized", exc.message) from None
         strings = {k: _claim_string(v) for k, v in claims.items()}
         if rest:  # a Cognito user pool authorizer of a REST API
             event["requestContext"]["authorizer"] = {"claims": strings}
         else:
             event["requestContext"]["authorizer"] = {"jwt": {"claims": strings, "scopes": None}}
-
-    # -- response --------------------------------------------------------------------------
-
-    def _send_error(
-        self, status: int, code: str, message: str, request_id: str, *, close: bool = False
-    ) -> None:
-        payload = json.dumps({"error": {"code": code, "message": message}}).encode()
-        headers: list[tuple[str, str]] = [("Content-Type", "application/json")]
-        if status == 401:
-            headers.append(("WWW-Authenticate", "Bearer"))
-        if close:
-            self.close_connection = True
-            headers.append(("Connection", "close"))
-        self._send(status, headers, payload, request_id)
-
-    def _send(self, status: int, headers: list[tuple[str, str]], payload: bytes, request_id: str) -> None:
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        # REST APIs name their request id header differently from HTTP APIs
-        rest = self.server.adapter.kind == "rest_api"
-        self.send_header("x-amzn-RequestId" if rest else "apigw-requestid", request_id)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
 
 
 def _log_failure(what: str, function_name: str, exc: Exception, request_id: str) -> None:
@@ -555,12 +446,3 @@ def _utf8(body: bytes) -> str | None:
         return body.decode("utf-8")
     except UnicodeDecodeError:
         return None
-
-
-def _discard(stream: Any, length: int) -> None:
-    with contextlib.suppress(OSError):
-        while length > 0:
-            chunk = stream.read(min(length, 65536))
-            if not chunk:
-                return
-            length -= len(chunk)

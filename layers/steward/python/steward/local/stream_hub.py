@@ -18,18 +18,17 @@ stream open, and in AWS the runner only keeps the tail.
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import re
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from steward.domain.capability import Capability, bearer_token
-from steward.local.running import Running, base_url, serve_in_thread, shut_down
+from steward.local.http_base import LocalHandler, LocalHttpServer, Refused
+from steward.local.running import Running
 
 MAX_CHUNK_BYTES = 64 * 1024
 REPLAY_BYTES = 64 * 1024
@@ -70,25 +69,18 @@ class StreamHub(Running):
         self.keepalive_seconds = keepalive_seconds
         self._channels: dict[str, _Channel] = {}
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: LocalHttpServer[StreamHub] | None = None
 
     @property
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("the hub is not running")
-        return base_url(self._server.server_address)
+        return self._server.url
 
     def start(self) -> None:
-        hub = self
-
-        class Handler(_Handler):
-            pass
-
-        Handler.hub = hub
-        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
-        self._server.daemon_threads = True
-        self._thread = serve_in_thread(self._server, "stream-hub")
+        if self._server is None:
+            self._server = LocalHttpServer((self.host, self.port), _Handler, self, name="stream-hub")
+            self._server.start()
 
     def stop(self) -> None:
         with self._lock:
@@ -96,8 +88,9 @@ class StreamHub(Running):
                 for watcher in channel.watchers:
                     with contextlib.suppress(queue.Full):
                         watcher.put_nowait(None)
-        shut_down(self._server, self._thread)
-        self._server = self._thread = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
 
     # ---- the two sides
     def publish(self, task_id: str, text: str, *, end: bool = False) -> None:
@@ -131,58 +124,53 @@ class StreamHub(Running):
                 channel.watchers.remove(watcher)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    hub: StreamHub
-    protocol_version = "HTTP/1.1"
-    timeout = 60  # an idle connection does not hold its thread for ever
+class _Handler(LocalHandler):
+    server: LocalHttpServer[StreamHub]
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # never log requests: they carry bearer tokens
+    def serve(self) -> None:
+        if self.command == "POST":
+            self._post()
+        else:
+            self._watch()
 
-    def do_POST(self) -> None:
+    def _post(self) -> None:
+        hub = self.server.app
         parts = urlsplit(self.path)
         if parts.path != _POST_PATH:
-            return self._error(404, "not_found", "no such route")
+            raise Refused(404, "not_found", "no such route")
         try:
-            capability = self.hub.verify_capability(bearer_token(self.headers.get("Authorization")))
+            capability = hub.verify_capability(bearer_token(self.headers.get("Authorization")))
         except Exception:
-            return self._error(401, "unauthorized", "send the capability as Authorization: Bearer")
-        raw_length = self.headers.get("Content-Length") or "0"
-        if not raw_length.isdigit() or "Transfer-Encoding" in self.headers:
-            return self._error(400, "bad_request", "send the chunk with a Content-Length")
-        length = int(raw_length)
-        if length > MAX_CHUNK_BYTES:
-            return self._error(413, "too_large", f"a chunk is at most {MAX_CHUNK_BYTES} bytes")
-        text = self.rfile.read(length).decode("utf-8", errors="replace")
+            raise Refused(401, "unauthorized", "send the capability as Authorization: Bearer") from None
+        text = self.read_body(MAX_CHUNK_BYTES, chunked=False).decode("utf-8", errors="replace")
         end = parse_qs(parts.query).get("end") == ["1"]
-        self.hub.publish(capability.task_id, text, end=end)
-        self._reply(204, b"", "application/json")
-        return None
+        hub.publish(capability.task_id, text, end=end)
+        self.send(204)
 
-    def do_GET(self) -> None:
+    def _watch(self) -> None:
+        hub = self.server.app
         match = _WATCH_PATH.match(urlsplit(self.path).path)
         if match is None:
-            return self._error(404, "not_found", "no such route")
+            raise Refused(404, "not_found", "no such route")
         try:
-            sub = str(self.hub.verify_user(bearer_token(self.headers.get("Authorization"))).get("sub", ""))
+            sub = str(hub.verify_user(bearer_token(self.headers.get("Authorization"))).get("sub", ""))
         except Exception:
-            return self._error(401, "unauthorized", "send a bearer token")
+            raise Refused(401, "unauthorized", "send a bearer token") from None
         task_id = match.group(1)
-        if not sub or self.hub.task_owner(task_id) != sub:
-            return self._error(404, "not_found", f"no task {task_id}")
-        replay, watcher, ended = self.hub.watch(task_id)
+        if not sub or hub.task_owner(task_id) != sub:
+            raise Refused(404, "not_found", f"no task {task_id}")
+        replay, watcher, ended = hub.watch(task_id)
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-store")
             self.send_header("Connection", "close")
             self.end_headers()
-            self.close_connection = True
             for text in replay:
                 self._event("output", text)
             while not ended:
                 try:
-                    item = watcher.get(timeout=self.hub.keepalive_seconds)
+                    item = watcher.get(timeout=hub.keepalive_seconds)
                 except queue.Empty:
                     self.wfile.write(b": keepalive\n\n")
                     self.wfile.flush()
@@ -194,22 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the watcher left
         finally:
-            self.hub.unwatch(task_id, watcher)
-        return None
+            hub.unwatch(task_id, watcher)
 
     def _event(self, name: str, text: str) -> None:
         lines = "".join(f"data: {line}\n" for line in text.split("\n"))
         self.wfile.write(f"event: {name}\n{lines}\n".encode())
         self.wfile.flush()
-
-    def _error(self, status: int, code: str, message: str) -> None:
-        self.close_connection = True  # an unread body must not be taken for the next request
-        body = json.dumps({"error": {"code": code, "message": message}}).encode()
-        self._reply(status, body, "application/json")
-
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)

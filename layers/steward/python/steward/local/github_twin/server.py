@@ -19,18 +19,17 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode
 
 from steward.local.github_twin import http_backend, shapes
 from steward.local.github_twin.state import TwinError
 from steward.local.github_twin.twin import GitHubTwin, GitRequest
+from steward.local.http_base import LocalHandler, LocalHttpServer, Refused
 
 _LOG = logging.getLogger(__name__)
 
 Json = Any
-_IDLE_SECONDS = 60.0
 _MAX_BODY = 10 * 1024 * 1024
 _SEGMENT = r"([^/?#]+)"
 _NUMBER = r"([0-9]{1,9})"
@@ -82,51 +81,17 @@ class _Result:
 Route = Callable[[GitHubTwin, _Request, tuple[str, ...]], _Result]
 
 
-class TwinHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], twin: GitHubTwin) -> None:
-        self.twin = twin
-        super().__init__(address, _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A dropped connection is the client's business: no traceback on stderr."""
-        _LOG.debug("connection from %s failed", client_address, exc_info=True)
+def http_server(address: tuple[str, int], twin: GitHubTwin) -> LocalHttpServer[GitHubTwin]:
+    """The twin's HTTP server, bound and listening; `start()` serves it on a thread."""
+    return LocalHttpServer(address, _Handler, twin, name="github-twin")
 
 
-class _BodyError(Exception):
-    pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(LocalHandler):
     server_version = "GitHub.com"
-    sys_version = ""
-    timeout = _IDLE_SECONDS
-    server: TwinHttpServer
+    methods = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+    server: LocalHttpServer[GitHubTwin]
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log: request lines can carry secrets."""
-
-    def do_GET(self) -> None:
-        self._dispatch()
-
-    def do_HEAD(self) -> None:
-        self._dispatch()
-
-    def do_POST(self) -> None:
-        self._dispatch()
-
-    def do_PUT(self) -> None:
-        self._dispatch()
-
-    def do_PATCH(self) -> None:
-        self._dispatch()
-
-    def do_DELETE(self) -> None:
-        self._dispatch()
-
-    def _dispatch(self) -> None:
+    def serve(self) -> None:
         raw_path, _, query = self.path.partition("?")
         if raw_path == "/_twin" or raw_path.startswith("/_twin/"):
             self._admin(raw_path, query)
@@ -144,13 +109,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- REST ------------------------------------------------------------------------------
 
     def _rest(self, path: str, query: str) -> None:
-        twin = self.server.twin
-        request_id = uuid.uuid4().hex[:8].upper() + ":" + uuid.uuid4().hex[:12].upper()
-        try:
-            request = self._request(path, query)
-        except _BodyError as exc:
-            self._send_json(400, {"message": str(exc)}, request_id, close=True)
-            return
+        twin = self.server.app
+        request_id = _request_id()
+        request = self._request(path, query)
         if twin.faults.take("server_errors"):
             status = twin.next_server_error()
             message = "Server Error" if status == 502 else "Service Unavailable"
@@ -186,38 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
             path=path,
             query=dict(parse_qsl(query, keep_blank_values=True)),
             headers=self.headers,
-            body=self._read_body(),
+            body=self.read_body(_MAX_BODY),
         )
-
-    def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                line = self.rfile.readline(1024)
-                try:
-                    size = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise _BodyError("invalid chunked body") from None
-                if size == 0:
-                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
-                total += size
-                if total > _MAX_BODY:
-                    raise _BodyError("request body too large")
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline(3)
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            return b""
-        try:
-            length = int(raw)
-        except ValueError:
-            raise _BodyError("invalid Content-Length") from None
-        if length < 0 or length > _MAX_BODY:
-            raise _BodyError("invalid Content-Length")
-        return self.rfile.read(length)
 
     def _send_json(
         self,
@@ -253,25 +184,16 @@ class _Handler(BaseHTTPRequestHandler):
             if _etag_matches(self.headers.get("If-None-Match"), tag):
                 status, payload = 304, b""
                 out = [(k, v) for k, v in out if k != "Content-Type"]
-        if close:
-            self.close_connection = True
-            out.append(("Connection", "close"))
-        self._send(status, out, payload)
+        self.send(status, payload, out, close=close)
 
-    def _send(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        if status != 304:
-            self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if self.command != "HEAD" and status != 304:
-            self.wfile.write(payload)
+    def refuse(self, refused: Refused) -> None:
+        """A body that cannot be read, answered as GitHub answers a bad request."""
+        self._send_json(refused.status, {"message": refused.message}, _request_id(), close=refused.close)
 
     # -- git -------------------------------------------------------------------------------
 
     def _git(self, owner: str, name: str, rest: str, query: str) -> None:
-        twin = self.server.twin
+        twin = self.server.app
         full_name = f"{owner}/{name}"
         params = dict(parse_qsl(query))
         if rest == "/info/refs":
@@ -280,11 +202,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             service = rest[1:]
             allowed = self.command == "POST"
-        has_body = "Content-Length" in self.headers or "Transfer-Encoding" in self.headers
         encoding = self.headers.get("Content-Encoding")
         chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
         if not allowed:  # the dumb protocol and odd methods are not served
-            self._git_refuse(403, "Forbidden", has_body)
+            self._git_refuse(403, "Forbidden")
             return
         status, message = twin.git_access(
             self.headers.get("Authorization"), full_name, write=service == "git-receive-pack"
@@ -294,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, message = (status, message) if status != 200 else (401, "Repository not found.")
             # recorded before answering: a client that saw the answer finds it recorded
             twin.record_git_request(GitRequest(full_name, service, self.command, status, encoding, chunked))
-            self._git_refuse(status, message, has_body)
+            self._git_refuse(status, message)
             return
 
         sent: list[int] = []
@@ -326,27 +247,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             if not sent:
                 twin.record_git_request(GitRequest(canonical, service, self.command, 400, encoding, chunked))
-                self._git_refuse(400, "Bad Request", False)
+                self._git_refuse(400, "Bad Request")
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def _git_refuse(self, status: int, message: str, has_body: bool) -> None:
+    def _git_refuse(self, status: int, message: str) -> None:
         headers = [("Content-Type", "text/plain; charset=utf-8")]
         if status == 401:
             headers.append(("WWW-Authenticate", 'Basic realm="GitHub"'))
-        if has_body:  # the unread body would be taken for the next request
-            self.close_connection = True
-            headers.append(("Connection", "close"))
-        self._send(status, headers, (message + "\n").encode())
+        self.send(status, (message + "\n").encode(), headers)
 
     # -- pages and admin -------------------------------------------------------------------
 
     def _page(self, owner: str, name: str, number: int) -> None:
         """A minimal pull request page, so the `html_url` of every body leads somewhere."""
         try:
-            pull = self.server.twin.pull(f"{owner}/{name}", number)
+            pull = self.server.app.pull(f"{owner}/{name}", number)
         except TwinError:
-            self._send(404, [("Content-Type", "text/plain; charset=utf-8")], b"Not Found\n")
+            self.send(404, b"Not Found\n", [("Content-Type", "text/plain; charset=utf-8")])
             return
         state = "merged" if pull["merged"] else pull["state"]
         text = (
@@ -356,20 +274,16 @@ class _Handler(BaseHTTPRequestHandler):
             f"{html.escape(pull['base']['ref'])} at {html.escape(pull['head']['sha'])}</p>"
             f"<pre>{html.escape(pull['body'] or '')}</pre>"
         )
-        self._send(200, [("Content-Type", "text/html; charset=utf-8")], text.encode())
+        self.send(200, text.encode(), [("Content-Type", "text/html; charset=utf-8")])
 
     def _admin(self, path: str, query: str) -> None:
         request_id = uuid.uuid4().hex
-        try:
-            request = self._request(path, query)
-        except _BodyError as exc:
-            self._send_json(400, {"message": str(exc)}, request_id, close=True)
-            return
+        request = self._request(path, query)
         if not ipaddress.ip_address(self.client_address[0].removeprefix("::ffff:")).is_loopback:
             self._send_json(403, {"message": "the admin API answers loopback clients only"}, request_id)
             return
         try:
-            result = _admin_route(self.server.twin, request)
+            result = _admin_route(self.server.app, request)
         except TwinError as exc:
             self._send_json(exc.status, {"message": exc.message, "errors": exc.errors}, request_id)
             return
@@ -378,6 +292,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(status, {"message": str(exc).strip("'\"")}, request_id)
             return
         self._send_json(result.status, result.body, request_id, result.headers)
+
+
+def _request_id() -> str:
+    return uuid.uuid4().hex[:8].upper() + ":" + uuid.uuid4().hex[:12].upper()
 
 
 def _etag_matches(header: str | None, tag: str) -> bool:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -41,10 +41,8 @@ from steward.local.github_twin.state import (
     iso,
 )
 from steward.local.github_twin.webhooks import Deliverer, Delivery
-from steward.local.running import Running, base_url, serve_in_thread, shut_down
-
-if TYPE_CHECKING:
-    from steward.local.github_twin.server import TwinHttpServer
+from steward.local.http_base import LocalHttpServer
+from steward.local.running import Running
 
 Json = dict[str, Any]
 
@@ -120,8 +118,7 @@ class GitHubTwin(Running):
         self._deliverer = Deliverer(
             self.faults, app_id=app_id, url=lambda: self.webhook_url, secret=lambda: self.webhook_secret
         )
-        self._server: TwinHttpServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: LocalHttpServer[GitHubTwin] | None = None
         self._accounts: dict[str, Account] = {}
         self._repos: dict[str, Repo] = {}  # by lower-case full name, as GitHub matches names
         self._repos_by_id: dict[int, Repo] = {}
@@ -141,22 +138,21 @@ class GitHubTwin(Running):
         """The base URL; a wildcard bind address is named by its loopback address."""
         if self._server is None:
             raise RuntimeError("the GitHub twin is not started")
-        return base_url(self._server.server_address)
+        return self._server.url
 
     def start(self) -> None:
         if self._server is not None:
             return
         from steward.local.github_twin import server as http  # noqa: PLC0415 - it imports this module
 
-        server = http.TwinHttpServer(self._address, self)
-        self._server = server
+        self._server = http.http_server(self._address, self)
         self._deliverer.start()
-        self._thread = serve_in_thread(server, "github-twin")
+        self._server.start()
 
     def stop(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        shut_down(server, thread)
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
         self._deliverer.stop()
 
     # -- seeding and acting as people ------------------------------------------------------
