@@ -2,19 +2,22 @@
 nothing stored; pull request events driving a real spawned and claimed task; duplicates
 costing one request; installation events converging whatever their order.
 
-Payloads have GitHub's shapes (githubkit parses them) and are signed with the test secret;
-the builders are in `tests/support/github_payloads.py`.
+Payloads have GitHub's shapes (`tests/support/github_payloads.py`) and are signed with the
+test secret.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import hmac
 import itertools
 import json
 import logging
 import random
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,15 +37,10 @@ from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.installations import Installation
 from steward.domain.models import Task, TaskStatus, utcnow
+from steward.domain.webhooks import InstallationChange, InstallationSync, merge
 from steward.local.http_adapter import LambdaContext, LambdaHttpServer
 from steward.services.container import Services
-from steward.services.webhooks import (
-    InstallationChange,
-    InstallationSync,
-    WebhookReceiver,
-    WebhookSecret,
-    merge,
-)
+from steward.services.webhooks import WebhookReceiver, WebhookSecret
 from steward.tables import DELIVERIES, EVENTS, INSTALLATIONS, PLANS, TASKS, USERS
 
 from tests.support.documents import document
@@ -245,6 +243,11 @@ def bad_inputs(task: Task) -> dict[str, tuple[Delivery, int, str]]:
             "bad_request",
         ),
         "JSON that is not an object": (_with_body(good, b'["opened"]'), 400, "bad_request"),
+        "JSON nested deeper than the parser goes": (
+            _with_body(good, b'{"a":' * 100_000 + b"1" + b"}" * 100_000),
+            400,
+            "bad_request",
+        ),
         "form-encoded payload": (
             _with_body(good, form, "application/x-www-form-urlencoded"),
             400,
@@ -331,6 +334,66 @@ def bad_inputs(task: Task) -> dict[str, tuple[Delivery, int, str]]:
             200,
             "ignored",
         ),
+        "the head repository of a deleted fork (null)": (
+            delivery("pull_request", _edited(opened, ("pull_request", "head", "repo"), None)),
+            200,
+            "ignored",
+        ),
+    }
+
+
+def _edited(payload: dict[str, Any], path: tuple[str, ...], value: Any = ...) -> dict[str, Any]:
+    """A copy of `payload` with the field at `path` set to `value` (or removed: `...`)."""
+    out = copy.deepcopy(payload)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    if value is ...:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return out
+
+
+def unusable_deliveries(task: Task) -> dict[str, tuple[Delivery, str]]:
+    """Case name -> (a verified delivery lacking a field Steward needs, that field)."""
+    opened = pull_request_payload("opened", branch=task.branch)
+    suspend = installation_payload("suspend", suspended=True)
+    added = installation_repositories_payload("added", added=("octo/api",))
+    return {
+        "no head.ref": (
+            delivery("pull_request", _edited(opened, ("pull_request", "head", "ref"))),
+            "pull_request.head.ref",
+        ),
+        "head.ref null": (
+            delivery("pull_request", _edited(opened, ("pull_request", "head", "ref"), None)),
+            "pull_request.head.ref",
+        ),
+        "no base repository": (
+            delivery("pull_request", _edited(opened, ("pull_request", "base", "repo"))),
+            "pull_request.base.repo",
+        ),
+        "a pull request state GitHub has not": (
+            delivery("pull_request", _edited(opened, ("pull_request", "state"), "merged")),
+            "pull_request.state",
+        ),
+        "no repository": (delivery("pull_request", _edited(opened, ("repository",))), "repository"),
+        "an installation without its id": (
+            delivery("pull_request", _edited(opened, ("installation",), {"node_id": "MDIz"})),
+            "installation.id",
+        ),
+        "an installation event without updated_at": (
+            delivery("installation", _edited(suspend, ("installation", "updated_at"))),
+            "installation.updated_at",
+        ),
+        "an updated_at beyond any calendar": (
+            delivery("installation", _edited(suspend, ("installation", "updated_at"), 10**20)),
+            "installation.updated_at",
+        ),
+        "added without repositories_added": (
+            delivery("installation_repositories", _edited(added, ("repositories_added",))),
+            "repositories_added",
+        ),
     }
 
 
@@ -362,6 +425,29 @@ def test_every_bad_input_is_refused_or_ignored_and_stores_nothing(
         if len(secret) > 8:
             assert secret not in logged
             assert secret.removeprefix("sha256=") not in logged
+
+
+def test_a_delivery_lacking_a_field_steward_needs_is_a_400_naming_it(
+    world: World, endpoint: LambdaHttpServer
+) -> None:
+    before = stored(world.services.tables)
+    for name, (item, where) in unusable_deliveries(world.task).items():
+        response = post(endpoint, item)
+        assert response.status_code == 400, name
+        error = response.json()["error"]
+        assert (error["code"], error["field"]) == ("bad_request", where), name
+        assert f"'s {where} " in error["message"], name
+        assert stored(world.services.tables) == before, name
+
+
+def test_the_webhook_handler_loads_no_githubkit() -> None:
+    # githubkit-schemas alone is ~56 MB and a second of imports: the webhook Lambda needs none.
+    code = (
+        "import sys, steward.webhook_handler; "
+        "print(sorted(m for m in sys.modules if m.startswith(('githubkit', 'githubkit_schemas'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_another_tenants_repository_changes_nothing(services: Services) -> None:
