@@ -1,9 +1,10 @@
 """The webhook receiver against moto: every bad input of issue 5 refused or ignored with
 nothing stored; pull request events driving a real spawned and claimed task; duplicates
-costing one request; installation events converging whatever their order.
+costing one request; installation events converging whatever their order, a real unsuspend
+stamped like its suspend included.
 
-Payloads have GitHub's shapes (`tests/support/github_payloads.py`) and are signed with the
-test secret.
+Payloads are built with GitHub's shapes or taken from real deliveries
+(`tests/support/github_payloads.py`) and signed with the test secret.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.installations import Installation
 from steward.domain.models import Task, TaskStatus, utcnow
-from steward.domain.webhooks import InstallationChange, InstallationSync, merge
+from steward.domain.webhooks import REPORT, SUSPEND, UNSUSPEND, InstallationChange, InstallationSync, merge
 from steward.local.http_adapter import LambdaContext, LambdaHttpServer
 from steward.services.container import Services
 from steward.services.webhooks import WebhookReceiver, WebhookSecret
@@ -50,10 +51,12 @@ from tests.support.github_payloads import (
     SECRET,
     T0,
     Delivery,
+    aimed_at,
     delivery,
     installation_payload,
     installation_repositories_payload,
     pull_request_payload,
+    real_payload,
     signature,
 )
 from tests.support.plans import spawn_item
@@ -440,6 +443,42 @@ def test_a_delivery_lacking_a_field_steward_needs_is_a_400_naming_it(
         assert stored(world.services.tables) == before, name
 
 
+# ---- real deliveries GitHub produced (../shared/github-payloads)
+
+
+@pytest.mark.parametrize(
+    "order", [("suspend", "unsuspend"), ("unsuspend", "suspend"), ("suspend", "unsuspend", "suspend")]
+)
+def test_a_real_unsuspend_stamped_like_its_suspend_lifts_the_suspension(
+    world: World, order: tuple[str, ...]
+) -> None:
+    tables = world.services.tables
+    files = {
+        action: delivery("installation", aimed_at(real_payload(f"octokit.installation.{action}.json")))
+        for action in ("suspend", "unsuspend")
+    }
+    assert (
+        json.loads(files["suspend"].body)["installation"]["updated_at"]
+        == json.loads(files["unsuspend"].body)["installation"]["updated_at"]
+    )
+    for action in order:
+        world.deliver(files[action])  # the last suspend is GitHub redelivering the first
+    assert installation_row(tables)["suspended"] is False
+    sync = plain(tables.table(INSTALLATIONS).get_item(Key={"installation_id": INSTALLATION_ID})["Item"])
+    assert sync["github_sync"]["needs_refresh"] is True  # stamped alike and disagreeing: re-read later
+    opened = delivery("pull_request", pull_request_payload("opened", branch=world.task.branch))
+    assert world.deliver(opened) == "applied"  # not stranded: the task moves
+    assert world.current().status is TaskStatus.REVIEW
+
+
+def test_a_real_suspend_still_suspends(world: World) -> None:
+    suspend = delivery("installation", aimed_at(real_payload("octokit.installation.suspend.json")))
+    assert world.deliver(suspend) == "applied"
+    assert installation_row(world.services.tables)["suspended"] is True
+    opened = delivery("pull_request", pull_request_payload("opened", branch=world.task.branch))
+    assert world.deliver(opened) == "ignored"
+
+
 def test_the_webhook_handler_loads_no_githubkit() -> None:
     # githubkit-schemas alone is ~56 MB and a second of imports: the webhook Lambda needs none.
     code = (
@@ -791,17 +830,19 @@ _REPOS = ("octo/a", "octo/b", "Octo/B", "octo/c")
 
 @st.composite
 def changes(draw: st.DrawFn) -> InstallationChange:
-    kind = draw(st.sampled_from(["created", "added", "removed", "suspend", "deleted"]))
+    kind = draw(st.sampled_from(["created", "added", "removed", "suspend", "unsuspend", "deleted"]))
     repos = tuple(draw(st.lists(st.sampled_from(_REPOS), max_size=3)))
+    precedence = {"suspend": SUSPEND, "unsuspend": UNSUSPEND}.get(kind, REPORT)
     return InstallationChange(
         installation_id=1,
         stamp=draw(st.integers(0, 5)),  # few stamps: plenty of ties
         account=draw(st.sampled_from(["octo", "octo-inc", None])),
-        suspended=draw(st.booleans()) if kind != "suspend" else True,
+        suspended={"suspend": True, "unsuspend": False}.get(kind, draw(st.booleans())),
         snapshot=repos if kind == "created" else None,
         added=repos if kind == "added" else (),
         removed=repos if kind == "removed" else (),
         deleted=kind == "deleted" and draw(st.booleans()),
+        precedence=precedence,
     )
 
 
@@ -810,11 +851,11 @@ def changes(draw: st.DrawFn) -> InstallationChange:
 def test_the_installation_merge_ignores_order_and_repetition(
     events: list[InstallationChange], rng: random.Random
 ) -> None:
-    def fold(sequence: list[InstallationChange]) -> Installation:
+    def fold(sequence: list[InstallationChange]) -> tuple[Installation, InstallationSync, bool]:
         state = InstallationSync()
         for change in sequence:
             state = merge(state, change)
-        return state.view(1, "alice")
+        return state.view(1, "alice"), state, state.needs_refresh  # the disputes too
 
     shuffled = [*events, rng.choice(events)]  # a redelivery, processed again
     rng.shuffle(shuffled)

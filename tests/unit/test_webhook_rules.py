@@ -1,5 +1,5 @@
 """The pure webhook rules of `steward.domain.webhooks`: reading only what Steward uses from
-real and hostile payloads."""
+real and hostile payloads, and the installation merge's tie rule."""
 
 from __future__ import annotations
 
@@ -14,9 +14,17 @@ import pytest
 from steward.domain.errors import BadRequest
 from steward.domain.models import TaskStatus
 from steward.domain.webhooks import (
+    REPORT,
+    SUSPEND,
+    UNSUSPEND,
+    InstallationChange,
+    InstallationSync,
     branch_problem,
     installation_change,
+    merge,
     pull_request_facts,
+    sync_from_map,
+    sync_to_map,
 )
 
 from tests.support.github_payloads import event_of, real_payload, real_payload_files
@@ -180,6 +188,7 @@ def test_epoch_seconds_and_iso_stamps_agree_and_offsets_count() -> None:
         == unsuspend.stamp
         == int(datetime(2021, 4, 29, 2, 32, 50, tzinfo=UTC).timestamp()) * 1000
     )
+    assert (suspend.precedence, unsuspend.precedence) == (SUSPEND, UNSUSPEND)
     naive = copy.deepcopy(real_payload("octokit.installation.suspend.json"))
     naive["installation"]["updated_at"] = "2021-04-29T02:32:50"  # no offset: UTC, not the host's zone
     assert installation_change("installation", naive).stamp == suspend.stamp
@@ -271,3 +280,89 @@ def test_removed_may_omit_the_added_list_and_a_nameless_entry_is_skipped() -> No
     payload["repositories_removed"].append({"id": 1})
     change = installation_change("installation_repositories", payload)
     assert (change.added, change.removed) == ((), ("octocat/Hello-World",))
+
+
+# ---- the tie rule
+
+
+def _change(
+    stamp: int, *, suspended: bool, precedence: int = REPORT, account: str | None = "octo", **extra: Any
+) -> InstallationChange:
+    return InstallationChange(
+        installation_id=1, stamp=stamp, account=account, suspended=suspended, precedence=precedence, **extra
+    )
+
+
+def _fold(*changes: InstallationChange) -> InstallationSync:
+    state = InstallationSync()
+    for change in changes:
+        state = merge(state, change)
+    return state
+
+
+SUSPEND_AT_5 = _change(5, suspended=True, precedence=SUSPEND)
+UNSUSPEND_AT_5 = _change(5, suspended=False, precedence=UNSUSPEND)
+REPORT_AT_5 = _change(5, suspended=False, added=("octo/a",))
+
+
+@pytest.mark.parametrize(
+    ("changes", "suspended", "refresh"),
+    [
+        # octokit's pair: the unsuspend undoes the suspend it shares a stamp with, in any order
+        ((SUSPEND_AT_5, UNSUSPEND_AT_5), False, True),
+        ((UNSUSPEND_AT_5, SUSPEND_AT_5), False, True),
+        ((UNSUSPEND_AT_5, SUSPEND_AT_5, SUSPEND_AT_5), False, True),
+        # a suspend stamped like an earlier report (a repository added that second) holds
+        ((REPORT_AT_5, SUSPEND_AT_5), True, True),
+        ((SUSPEND_AT_5, REPORT_AT_5), True, True),
+        # a later stamp decides outright, and settles the dispute
+        ((SUSPEND_AT_5, UNSUSPEND_AT_5, _change(6, suspended=True, precedence=SUSPEND)), True, False),
+        ((_change(6, suspended=False, precedence=UNSUSPEND), SUSPEND_AT_5), False, False),
+        ((SUSPEND_AT_5,), True, False),
+        # two reports stamped alike that disagree: suspended, until re-read
+        ((_change(5, suspended=True), _change(5, suspended=False)), True, True),
+    ],
+)
+def test_a_tie_between_suspend_and_unsuspend_does_not_strand_the_installation(
+    changes: tuple[InstallationChange, ...], suspended: bool, refresh: bool
+) -> None:
+    for order in (changes, tuple(reversed(changes))):
+        state = _fold(*order)
+        assert state.view(1, "alice").suspended is suspended, order
+        assert state.needs_refresh is refresh, order
+        assert ("suspended" in state.disputes()) is refresh
+
+
+def test_disputed_repositories_and_accounts_are_flagged_and_resolved_conservatively() -> None:
+    state = _fold(
+        _change(5, suspended=False, added=("octo/a",)),
+        _change(5, suspended=False, removed=("octo/a",)),
+        InstallationChange(installation_id=1, stamp=5, account="octo-inc", suspended=False),
+    )
+    assert state.view(1, None).repositories == ()
+    assert state.view(1, None).account == "octo-inc"
+    assert state.disputes() == ("account", "repository octo/a")
+    later = merge(state, _change(6, suspended=False, account=None, added=("octo/a",)))
+    assert later.disputes() == ("account",)  # named no account: the login and its dispute stay
+    assert later.view(1, None).repositories == ("octo/a",)
+    renamed = merge(later, _change(7, suspended=False, account="octo"))
+    assert (renamed.disputes(), renamed.view(1, None).account) == ((), "octo")
+    deleted = merge(state, _change(7, suspended=True, deleted=True))
+    assert not deleted.needs_refresh  # a deletion is final: nothing to re-read
+
+
+def test_the_merge_state_round_trips_and_old_maps_still_read() -> None:
+    state = _fold(SUSPEND_AT_5, UNSUSPEND_AT_5, _change(5, suspended=False, removed=("octo/a",)), REPORT_AT_5)
+    stored = sync_to_map(state)
+    assert stored["needs_refresh"] is True
+    assert sync_from_map(stored, None) == state
+    old = {  # written before disputes and precedence were recorded
+        "repos": {"octo/a": {"name": "octo/a", "present": True, "stamp": 3}},
+        "snapshot": 3,
+        "suspended": {"stamp": 4, "value": True},
+        "account": {"stamp": 4, "login": "octo"},
+        "deleted": False,
+    }
+    read = sync_from_map(old, None)
+    assert (read.view(1, None).suspended, read.needs_refresh) == (True, False)
+    assert merge(read, UNSUSPEND_AT_5).view(1, None).suspended is False

@@ -32,25 +32,39 @@ pull request (merged -> merged, closed -> closed, open -> review).
 
 Installations (ordering rule). Deliveries repeat and arrive out of order, so each
 installation event is merged into a per-installation state that is a join of its parts,
-keyed by GitHub's own clock, the payload's `installation.updated_at` (the "stamp"):
+keyed by GitHub's own clock, the payload's `installation.updated_at` (the "stamp",
+milliseconds since the epoch, one-second resolution in practice):
 
 * each repository has a last-writer-wins entry (stamp, present/absent); a `created` event is
   a snapshot: its repositories are present at its stamp and every entry older than that
-  stamp is absent;
-* `suspended` and the account login are last-writer-wins registers over every event (each
-  payload carries the installation as it was at its stamp);
+  stamp is absent; at one stamp, absent wins (holding a repository is a grant: not granted
+  on doubt);
+* the account login is a last-writer-wins register over the events that name one (at one
+  stamp the larger login wins);
+* `suspended` is a last-writer-wins register over every event (each payload carries the
+  installation as it was at its stamp). At one stamp the action decides: another event's
+  report (`suspended_at` of created, new_permissions_accepted, installation_repositories)
+  < `suspend` < `unsuspend`, and between two reports, suspended. Why this order: a suspend
+  sets `suspended_at` and `updated_at` to the same instant (octokit's example), so a report
+  stamped alike was made before it; an unsuspend undoes a suspension, so it comes after the
+  suspend it shares a stamp with (octokit's unsuspend keeps the suspend's `updated_at`:
+  ordering that tie the conservative way left every such installation suspended for good);
 * `deleted` is a latch: a deleted installation stays suspended with no repositories (its
-  owner link is kept);
-* ties on equal stamps go to the conservative value (absent, suspended; the larger login),
-  so the result never depends on arrival order.
+  owner link is kept).
 
-Every part is a maximum over a total order, so any order (and any repetition) of the same
-deliveries yields the same stored installation. An installation stored before any webhook
-(an operator's or the local stack's `put`) is the baseline, older than every event; once
-webhooks have been merged, the next one rewrites the visible fields from the merged state,
-so a later plain `put` lasts only until then. The stamp has GitHub's one-second resolution:
-two changes within the same second resolve conservatively (a repository added and removed
-in one second ends absent) until the next event. Only `link` sets the owner; no event does.
+Every part is a maximum over a total order (and a union at equal stamps), so any order and
+any repetition of the same deliveries yields the same state. Where deliveries with the same
+stamp disagree (suspended or not, a repository present or absent, two logins), the choice
+above is provisional and the state records the dispute: `InstallationSync.needs_refresh`.
+That is the hook for re-reading the installation from GitHub's API rather than guessing; no
+adapter does it yet. A refresh must overwrite the disputed parts at their stamp with what
+the API says (an authoritative read, not another vote, since it carries the same
+`updated_at`); a later stamp settles a dispute too.
+
+An installation stored before any webhook (an operator's or the local stack's `put`) is the
+baseline, stamp 0, older than every event; once webhooks have been merged, the next one
+rewrites the visible fields from the merged state, so a later plain `put` lasts only until
+then. Only `link` sets the owner; no event does.
 """
 
 from __future__ import annotations
@@ -373,6 +387,9 @@ def correlation_problem(
 
 # ---- installations: an order-independent merge (see the module docstring)
 
+# At one stamp: another event's report of `suspended_at` < suspend < unsuspend.
+REPORT, SUSPEND, UNSUSPEND = 0, 1, 2
+
 
 @dataclass(frozen=True)
 class InstallationChange:
@@ -387,6 +404,8 @@ class InstallationChange:
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     deleted: bool = False
+    # REPORT, or SUSPEND / UNSUSPEND for those actions: what decides a tie on `suspended`
+    precedence: int = REPORT
 
 
 @dataclass(frozen=True)
@@ -394,10 +413,53 @@ class RepoEntry:
     name: str
     present: bool
     stamp: int
+    disputed: bool = False  # deliveries at this stamp said both present and absent
 
-    def rank(self) -> tuple[int, int, str]:
-        # equal stamps: absent wins (conservative), then the larger spelling
-        return (self.stamp, 0 if self.present else 1, self.name)
+    def join(self, other: RepoEntry) -> RepoEntry:
+        if self.stamp != other.stamp:
+            return self if self.stamp > other.stamp else other
+        return RepoEntry(
+            name=max(self.name, other.name),  # the spelling, deterministically
+            present=self.present and other.present,  # absent wins
+            stamp=self.stamp,
+            disputed=self.disputed or other.disputed or self.present != other.present,
+        )
+
+
+@dataclass(frozen=True)
+class SuspendedRegister:
+    stamp: int = -1
+    precedence: int = REPORT
+    value: bool = False
+    disputed: bool = False  # deliveries at this stamp said both suspended and not
+
+    def join(self, other: SuspendedRegister) -> SuspendedRegister:
+        if self.stamp != other.stamp:
+            return self if self.stamp > other.stamp else other
+        winner = max(self, other, key=lambda r: (r.precedence, r.value))  # reports: suspended wins
+        return SuspendedRegister(
+            stamp=self.stamp,
+            precedence=winner.precedence,
+            value=winner.value,
+            disputed=self.disputed or other.disputed or self.value != other.value,
+        )
+
+
+@dataclass(frozen=True)
+class AccountRegister:
+    stamp: int = -1
+    login: str = ""  # "" when no event named the account
+    disputed: bool = False  # two logins at this stamp
+
+    def join(self, other: AccountRegister) -> AccountRegister:
+        if self.stamp != other.stamp:
+            return self if self.stamp > other.stamp else other
+        both = self.login and other.login
+        return AccountRegister(
+            stamp=self.stamp,
+            login=max(self.login, other.login),
+            disputed=self.disputed or other.disputed or bool(both and self.login != other.login),
+        )
 
 
 @dataclass(frozen=True)
@@ -406,9 +468,26 @@ class InstallationSync:
 
     repos: Mapping[str, RepoEntry] = field(default_factory=dict)
     snapshot: int = -1  # entries older than the newest `created` snapshot are absent
-    suspended: tuple[int, bool] = (-1, False)  # (stamp, value): ties go to suspended
-    account: tuple[int, str] = (-1, "")  # (stamp, login): ties go to the larger login
+    suspended: SuspendedRegister = SuspendedRegister()
+    account: AccountRegister = AccountRegister()
     deleted: bool = False
+
+    def disputes(self) -> tuple[str, ...]:
+        """What deliveries stamped alike disagree about, as far as it is still visible."""
+        if self.deleted:  # nothing left to re-read: a deletion is final
+            return ()
+        registers = (("suspended", self.suspended.disputed), ("account", self.account.disputed))
+        repos = (
+            f"repository {e.name}"
+            for _, e in sorted(self.repos.items())
+            if e.disputed and e.stamp >= self.snapshot  # older ones are absent anyway
+        )
+        return (*(name for name, disputed in registers if disputed), *repos)
+
+    @property
+    def needs_refresh(self) -> bool:
+        """The hook for re-reading the installation from GitHub (see the module docstring)."""
+        return bool(self.disputes())
 
     def view(self, installation_id: int, owner_sub: str | None) -> Installation:
         """The installation as Steward keeps it: what the merged state says now."""
@@ -424,9 +503,9 @@ class InstallationSync:
         return Installation(
             installation_id=installation_id,
             owner_sub=owner_sub,
-            account=self.account[1] or None,
+            account=self.account.login or None,
             repositories=repositories,
-            suspended=self.deleted or self.suspended[1],
+            suspended=self.deleted or self.suspended.value,
         )
 
 
@@ -437,8 +516,7 @@ def merge(state: InstallationSync, change: InstallationChange) -> InstallationSy
     def put(name: str, present: bool) -> None:
         entry = RepoEntry(name, present, change.stamp)
         old = repos.get(name.lower())
-        if old is None or entry.rank() > old.rank():
-            repos[name.lower()] = entry
+        repos[name.lower()] = entry if old is None else old.join(entry)
 
     for name in change.snapshot or ():
         put(name, True)
@@ -450,8 +528,13 @@ def merge(state: InstallationSync, change: InstallationChange) -> InstallationSy
     return InstallationSync(
         repos=repos,
         snapshot=snapshot,
-        suspended=max(state.suspended, (change.stamp, change.suspended)),
-        account=max(state.account, (change.stamp, change.account or "")),
+        suspended=state.suspended.join(
+            SuspendedRegister(stamp=change.stamp, precedence=change.precedence, value=change.suspended)
+        ),
+        # an event that names no account (null) says nothing about it: the login stays
+        account=state.account.join(AccountRegister(change.stamp, change.account))
+        if change.account
+        else state.account,
         deleted=state.deleted or change.deleted,
     )
 
@@ -459,33 +542,57 @@ def merge(state: InstallationSync, change: InstallationChange) -> InstallationSy
 def sync_to_map(state: InstallationSync) -> dict[str, Any]:
     return {
         "repos": {
-            k: {"name": e.name, "present": e.present, "stamp": e.stamp} for k, e in state.repos.items()
+            k: {"name": e.name, "present": e.present, "stamp": e.stamp, "disputed": e.disputed}
+            for k, e in state.repos.items()
         },
         "snapshot": state.snapshot,
-        "suspended": {"stamp": state.suspended[0], "value": state.suspended[1]},
-        "account": {"stamp": state.account[0], "login": state.account[1]},
+        "suspended": {
+            "stamp": state.suspended.stamp,
+            "precedence": state.suspended.precedence,
+            "value": state.suspended.value,
+            "disputed": state.suspended.disputed,
+        },
+        "account": {
+            "stamp": state.account.stamp,
+            "login": state.account.login,
+            "disputed": state.account.disputed,
+        },
         "deleted": state.deleted,
+        "needs_refresh": state.needs_refresh,  # derived; stored so an operator or a job can find it
     }
 
 
 def sync_from_map(raw: Mapping[str, Any], stored: Installation | None) -> InstallationSync:
     """The stored merge state; an installation stored without one is the baseline (stamp 0,
-    older than any event GitHub sends)."""
+    older than any event GitHub sends). Maps written before disputes were recorded read as
+    undisputed reports."""
     if not raw:
         if stored is None:
             return InstallationSync()
         return InstallationSync(
             repos={r.lower(): RepoEntry(r, True, 0) for r in stored.repositories},
-            suspended=(0, stored.suspended),
-            account=(0, stored.account or ""),
+            suspended=SuspendedRegister(stamp=0, value=stored.suspended),
+            account=AccountRegister(stamp=0, login=stored.account or ""),
         )
+    suspended = raw["suspended"]
+    account = raw["account"]
     return InstallationSync(
         repos={
-            k: RepoEntry(str(v["name"]), bool(v["present"]), int(v["stamp"])) for k, v in raw["repos"].items()
+            k: RepoEntry(str(v["name"]), bool(v["present"]), int(v["stamp"]), bool(v.get("disputed", False)))
+            for k, v in raw["repos"].items()
         },
         snapshot=int(raw["snapshot"]),
-        suspended=(int(raw["suspended"]["stamp"]), bool(raw["suspended"]["value"])),
-        account=(int(raw["account"]["stamp"]), str(raw["account"]["login"])),
+        suspended=SuspendedRegister(
+            stamp=int(suspended["stamp"]),
+            precedence=int(suspended.get("precedence", REPORT)),
+            value=bool(suspended["value"]),
+            disputed=bool(suspended.get("disputed", False)),
+        ),
+        account=AccountRegister(
+            stamp=int(account["stamp"]),
+            login=str(account["login"]),
+            disputed=bool(account.get("disputed", False)),
+        ),
         deleted=bool(raw["deleted"]),
     )
 
@@ -506,12 +613,14 @@ def installation_change(event_name: str, payload: Mapping[str, Any]) -> Installa
     snapshot: tuple[str, ...] | None = None
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
+    precedence = REPORT
     if event_name == "installation":
         event = _read(InstallationEvent, payload, event_name)
         installation = event.installation
         action = event.action
         if action == "created" and event.repositories is not None:
             snapshot = _names(event.repositories)
+        precedence = {"suspend": SUSPEND, "unsuspend": UNSUSPEND}.get(action, REPORT)
     else:
         repo_event = _read(InstallationRepositoriesEvent, payload, event_name)
         installation = repo_event.installation
@@ -523,13 +632,16 @@ def installation_change(event_name: str, payload: Mapping[str, Any]) -> Installa
             raise BadRequest(f"the {event_name} payload's {where} is missing", field=where)
         added = _names(repo_event.repositories_added or ())
         removed = _names(repo_event.repositories_removed or ())
+    # suspend and unsuspend mean what they say, whatever suspended_at carries
+    suspended = {SUSPEND: True, UNSUSPEND: False}.get(precedence, installation.suspended_at is not None)
     return InstallationChange(
         installation_id=installation.id,
         stamp=_stamp(installation.updated_at),
         account=installation.account.handle if installation.account else None,
-        suspended=installation.suspended_at is not None,
+        suspended=suspended,
         snapshot=snapshot,
         added=added,
         removed=removed,
         deleted=action == "deleted",
+        precedence=precedence,
     )

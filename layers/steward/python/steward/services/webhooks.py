@@ -30,7 +30,9 @@ a `failed` task moves to review or merged on a verified event.
 
 Installations: each event is merged into the installation's stored merge state
 (`domain.webhooks.merge`, order-independent) under an optimistic version check, and the
-visible installation is rewritten from the merged state.
+visible installation is rewritten from the merged state. A merged state whose deliveries
+disagree at one stamp is logged and stored with `needs_refresh` (the hook for re-reading
+the installation from GitHub; not done here).
 """
 
 from __future__ import annotations
@@ -209,6 +211,14 @@ class WebhookReceiver:
             if raw and merged == state and not visible:
                 return WebhookOutcome("unchanged", "already known")
             if self.installations.put_synced(view, sync=sync_to_map(merged), version=version, now=now):
+                if merged.needs_refresh and merged.disputes() != state.disputes():
+                    logger.warning(
+                        "installation deliveries stamped alike disagree (%s): kept %s until it is "
+                        "re-read from GitHub",
+                        ", ".join(merged.disputes()),
+                        "suspended" if view.suspended else "not suspended",
+                        extra={"installation_id": change.installation_id},
+                    )
                 # the merge state may have advanced without the visible installation changing
                 return WebhookOutcome("applied" if visible else "unchanged")
         raise Conflict(f"installation {change.installation_id} kept changing; retry")
