@@ -1,7 +1,7 @@
 """The webhook receiver against moto: every bad input of issue 5 refused or ignored with
-nothing stored; pull request events driving a real spawned and claimed task; duplicates
-costing one request; installation events converging whatever their order, a real unsuspend
-stamped like its suspend included.
+nothing stored; every real delivery GitHub produced (`../shared/github-payloads`)
+accepted; pull request events driving a real spawned and claimed task; duplicates costing
+one request; installation events converging whatever their order.
 
 Payloads are built with GitHub's shapes or taken from real deliveries
 (`tests/support/github_payloads.py`) and signed with the test secret.
@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -53,11 +54,14 @@ from tests.support.github_payloads import (
     Delivery,
     aimed_at,
     delivery,
+    event_of,
     installation_payload,
     installation_repositories_payload,
     pull_request_payload,
     real_payload,
+    real_payload_files,
     signature,
+    signed_file,
 )
 from tests.support.plans import spawn_item
 
@@ -444,6 +448,55 @@ def test_a_delivery_lacking_a_field_steward_needs_is_a_400_naming_it(
 
 
 # ---- real deliveries GitHub produced (../shared/github-payloads)
+
+
+def _outcome(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    status: str = response.json()["status"]
+    return status
+
+
+@pytest.mark.parametrize("path", real_payload_files(), ids=lambda p: p.name)
+def test_every_real_delivery_is_accepted(services: Services, endpoint: LambdaHttpServer, path: Path) -> None:
+    event = event_of(path)
+    payload = json.loads(path.read_bytes())
+    outcome = _outcome(post(endpoint, signed_file(path)))  # the file's bytes, as GitHub sent them
+    if event == "pull_request":
+        assert outcome == "ignored"  # none is on a Steward branch
+    elif event in ("installation", "installation_repositories"):
+        assert outcome == "applied"  # each is news to an empty table
+        row = installation_row(services.tables, payload["installation"]["id"])
+        assert row["account"] == payload["installation"]["account"]["login"]
+        assert row["suspended"] is (payload["action"] in ("suspend", "deleted"))
+    else:
+        assert outcome == "ignored"  # ping, push, issues, check_run: not processed
+
+
+def test_a_real_labelled_pull_request_moves_its_task_to_review_and_a_real_merge_to_merged(
+    world: World, endpoint: LambdaHttpServer
+) -> None:
+    task = world.task
+    opened = real_payload("octokit.pull_request.opened.json")
+    assert opened["pull_request"]["labels"]
+    assert "archived_by" not in opened["pull_request"]["labels"][0]  # what githubkit-schemas refused
+    labelled = aimed_at(opened, branch=task.branch)
+    assert _outcome(post(endpoint, delivery("pull_request", labelled))) == "applied"
+    current = world.current()
+    assert current.status is TaskStatus.REVIEW
+    assert (current.pr_url, current.pr_number) == (opened["pull_request"]["html_url"], 2)
+    assert world.item_status() == "review"
+    labelled_again = aimed_at(real_payload("octokit.pull_request.labeled.json"), branch=task.branch)
+    assert _outcome(post(endpoint, delivery("pull_request", labelled_again))) == "ignored"  # not an action
+
+    merged = real_payload("translatabot.pull_request.closed.merged.json")
+    assert (
+        _outcome(post(endpoint, delivery("pull_request", aimed_at(merged, branch=task.branch)))) == "applied"
+    )
+    current = world.current()
+    assert current.status is TaskStatus.MERGED
+    assert (current.pr_url, current.pr_number) == (merged["pull_request"]["html_url"], 4)
+    assert world.item_status() == "merged"
+    assert world.events()[-1]["data"]["merged"] is True
 
 
 @pytest.mark.parametrize(
