@@ -7,7 +7,7 @@ not asserted:
   through the HTTP adapter (`LambdaHttpServer(kind="function_url")` in front of the real
   Lambda handler), for new pull_request deliveries, duplicates and installation deliveries.
 
-Payloads are GitHub-shaped and signed (the builders of tests/integration/test_webhooks.py).
+Payloads are GitHub-shaped and signed (the builders of tests/support/github_payloads.py).
 
     .venv/bin/python bench/bench_webhooks.py [deliveries]
 """
@@ -36,12 +36,14 @@ from steward.adapters.task_store import TaskStore
 from steward.config import Settings
 from steward.domain.installations import Installation
 from steward.domain.models import Task, utcnow
+from steward.domain.webhooks import WebhookSecret
 from steward.local.http_adapter import LambdaHttpServer
 from steward.local.moto_server import MotoServer
-from steward.services.webhooks import WebhookReceiver, WebhookSecret
+from steward.services.webhooks import WebhookReceiver
 from steward.wiring import Services
 
-from tests.integration.test_webhooks import (
+from tests.support.documents import document
+from tests.support.github_payloads import (
     REPO,
     SECRET,
     T0,
@@ -50,7 +52,6 @@ from tests.integration.test_webhooks import (
     installation_repositories_payload,
     pull_request_payload,
 )
-from tests.support.documents import document
 
 PREFIX = "benchhook-"
 

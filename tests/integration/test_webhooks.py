@@ -1,24 +1,29 @@
 """The webhook receiver against moto: every bad input of issue 5 refused or ignored with
-nothing stored; pull request events driving a real spawned and claimed task; duplicates
-costing one request; installation events converging whatever their order.
+nothing stored; every real delivery GitHub produced (`../shared/github-payloads`)
+accepted; pull request events driving a real spawned and claimed task; duplicates costing
+one request; installation events converging whatever their order.
 
-Payloads have GitHub's shapes (githubkit parses them) and are signed with the test secret.
-The builders below are also used by `bench/bench_webhooks.py`.
+Payloads are built with GitHub's shapes or taken from real deliveries
+(`tests/support/github_payloads.py`) and signed with the test secret.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import hmac
 import itertools
 import json
 import logging
 import random
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -34,387 +39,39 @@ from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.installations import Installation
 from steward.domain.models import Task, TaskStatus, utcnow
-from steward.local.http_adapter import LambdaContext, LambdaHttpServer
-from steward.services.webhooks import (
+from steward.domain.webhooks import (
+    REPORT,
+    SUSPEND,
+    UNSUSPEND,
     InstallationChange,
     InstallationSync,
-    WebhookReceiver,
     WebhookSecret,
     merge,
 )
+from steward.local.http_adapter import LambdaContext, LambdaHttpServer
+from steward.services.webhooks import WebhookReceiver
 from steward.tables import DELIVERIES, EVENTS, INSTALLATIONS, PLANS, TASKS, USERS
 from steward.wiring import Services
 
 from tests.support.documents import document
+from tests.support.github_payloads import (
+    INSTALLATION_ID,
+    REPO,
+    SECRET,
+    T0,
+    Delivery,
+    aimed_at,
+    delivery,
+    event_of,
+    installation_payload,
+    installation_repositories_payload,
+    pull_request_payload,
+    real_payload,
+    real_payload_files,
+    signature,
+    signed_file,
+)
 from tests.support.plans import spawn_item
-
-SECRET = "It's a Secret to Everybody"
-REPO = "octo/demo"
-REPO_ID = 1296269
-INSTALLATION_ID = 7
-APP_ID = 4242
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
-# ---- GitHub-shaped payloads
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def github_user(login: str, user_id: int = 583231, kind: str = "User") -> dict[str, Any]:
-    api = f"https://api.github.com/users/{login}"
-    return {
-        "login": login,
-        "id": user_id,
-        "node_id": base64.b64encode(f"04:User{user_id}".encode()).decode(),
-        "avatar_url": f"https://avatars.githubusercontent.com/u/{user_id}?v=4",
-        "gravatar_id": "",
-        "url": api,
-        "html_url": f"https://github.com/{login}",
-        "followers_url": f"{api}/followers",
-        "following_url": f"{api}/following{{/other_user}}",
-        "gists_url": f"{api}/gists{{/gist_id}}",
-        "starred_url": f"{api}/starred{{/owner}}{{/repo}}",
-        "subscriptions_url": f"{api}/subscriptions",
-        "organizations_url": f"{api}/orgs",
-        "repos_url": f"{api}/repos",
-        "events_url": f"{api}/events{{/privacy}}",
-        "received_events_url": f"{api}/received_events",
-        "type": kind,
-        "user_view_type": "public",
-        "site_admin": False,
-    }
-
-
-def github_repository(full_name: str = REPO, repo_id: int = REPO_ID) -> dict[str, Any]:
-    owner, name = full_name.split("/")
-    api = f"https://api.github.com/repos/{full_name}"
-    templated = {
-        "archive_url": f"{api}/{{archive_format}}{{/ref}}",
-        "assignees_url": f"{api}/assignees{{/user}}",
-        "blobs_url": f"{api}/git/blobs{{/sha}}",
-        "branches_url": f"{api}/branches{{/branch}}",
-        "collaborators_url": f"{api}/collaborators{{/collaborator}}",
-        "comments_url": f"{api}/comments{{/number}}",
-        "commits_url": f"{api}/commits{{/sha}}",
-        "compare_url": f"{api}/compare/{{base}}...{{head}}",
-        "contents_url": f"{api}/contents/{{+path}}",
-        "contributors_url": f"{api}/contributors",
-        "deployments_url": f"{api}/deployments",
-        "downloads_url": f"{api}/downloads",
-        "events_url": f"{api}/events",
-        "forks_url": f"{api}/forks",
-        "git_commits_url": f"{api}/git/commits{{/sha}}",
-        "git_refs_url": f"{api}/git/refs{{/sha}}",
-        "git_tags_url": f"{api}/git/tags{{/sha}}",
-        "hooks_url": f"{api}/hooks",
-        "issue_comment_url": f"{api}/issues/comments{{/number}}",
-        "issue_events_url": f"{api}/issues/events{{/number}}",
-        "issues_url": f"{api}/issues{{/number}}",
-        "keys_url": f"{api}/keys{{/key_id}}",
-        "labels_url": f"{api}/labels{{/name}}",
-        "languages_url": f"{api}/languages",
-        "merges_url": f"{api}/merges",
-        "milestones_url": f"{api}/milestones{{/number}}",
-        "notifications_url": f"{api}/notifications{{?since,all,participating}}",
-        "pulls_url": f"{api}/pulls{{/number}}",
-        "releases_url": f"{api}/releases{{/id}}",
-        "stargazers_url": f"{api}/stargazers",
-        "statuses_url": f"{api}/statuses/{{sha}}",
-        "subscribers_url": f"{api}/subscribers",
-        "subscription_url": f"{api}/subscription",
-        "tags_url": f"{api}/tags",
-        "teams_url": f"{api}/teams",
-        "trees_url": f"{api}/git/trees{{/sha}}",
-    }
-    return {
-        "id": repo_id,
-        "node_id": base64.b64encode(f"010:Repository{repo_id}".encode()).decode(),
-        "name": name,
-        "full_name": full_name,
-        "private": True,
-        "owner": github_user(owner, 583231 + len(owner), "Organization"),
-        "html_url": f"https://github.com/{full_name}",
-        "description": "A repository Steward works on",
-        "fork": False,
-        "url": api,
-        **templated,
-        "created_at": "2024-01-26T19:01:12Z",
-        "updated_at": "2025-02-28T10:00:00Z",
-        "pushed_at": "2025-03-01T11:59:00Z",
-        "git_url": f"git://github.com/{full_name}.git",
-        "ssh_url": f"git@github.com:{full_name}.git",
-        "clone_url": f"https://github.com/{full_name}.git",
-        "svn_url": f"https://github.com/{full_name}",
-        "homepage": None,
-        "size": 108,
-        "stargazers_count": 0,
-        "watchers_count": 0,
-        "language": "Python",
-        "has_issues": True,
-        "has_projects": True,
-        "has_downloads": True,
-        "has_wiki": False,
-        "has_pages": False,
-        "has_discussions": False,
-        "forks_count": 0,
-        "mirror_url": None,
-        "archived": False,
-        "disabled": False,
-        "open_issues_count": 1,
-        "license": None,
-        "allow_forking": False,
-        "is_template": False,
-        "web_commit_signoff_required": False,
-        "topics": [],
-        "visibility": "private",
-        "forks": 0,
-        "open_issues": 1,
-        "watchers": 0,
-        "default_branch": "main",
-    }
-
-
-def pull_request_payload(
-    action: str,
-    *,
-    branch: str,
-    number: int = 17,
-    merged: bool = False,
-    state: str | None = None,
-    repo: str = REPO,
-    repo_id: int = REPO_ID,
-    installation_id: int | None = INSTALLATION_ID,
-    head_repo: str | None = None,
-    head_repo_id: int | None = None,
-) -> dict[str, Any]:
-    """A pull_request event as GitHub sends it for a Steward branch of `repo`."""
-    state = state or ("closed" if action == "closed" else "open")
-    repository = github_repository(repo, repo_id)
-    head_repository = github_repository(head_repo or repo, head_repo_id or repo_id)
-    bot = github_user("steward-app[bot]", 9919, "Bot")
-    reviewer = github_user("octocat", 1)
-    html = f"https://github.com/{repo}/pull/{number}"
-    api = f"https://api.github.com/repos/{repo}"
-    closed_at = _stamp(T0 + timedelta(hours=1)) if state == "closed" else None
-    pull_request = {
-        "url": f"{api}/pulls/{number}",
-        "id": 1_000_000 + number,
-        "node_id": f"PR_kwDOABCD{number:05d}",
-        "html_url": html,
-        "diff_url": f"{html}.diff",
-        "patch_url": f"{html}.patch",
-        "issue_url": f"{api}/issues/{number}",
-        "number": number,
-        "state": state,
-        "locked": False,
-        "title": "Steward: change module 1",
-        "user": bot,
-        "body": "Opened by Steward for an approved plan item.",
-        "created_at": _stamp(T0),
-        "updated_at": _stamp(T0 + timedelta(hours=1)),
-        "closed_at": closed_at,
-        "merged_at": closed_at if merged else None,
-        "merge_commit_sha": "e5bd3914e2e596debea16f433f57875b5b90bcd6" if merged else None,
-        "assignee": None,
-        "assignees": [],
-        "requested_reviewers": [],
-        "requested_teams": [],
-        "labels": [],
-        "milestone": None,
-        "draft": False,
-        "commits_url": f"{api}/pulls/{number}/commits",
-        "review_comments_url": f"{api}/pulls/{number}/comments",
-        "review_comment_url": f"{api}/pulls/comments{{/number}}",
-        "comments_url": f"{api}/issues/{number}/comments",
-        "statuses_url": f"{api}/statuses/6dcb09b5b57875f334f61aebed695e2e4193db5e",
-        "head": {
-            "label": f"{(head_repo or repo).split('/')[0]}:{branch}",
-            "ref": branch,
-            "sha": "6dcb09b5b57875f334f61aebed695e2e4193db5e",
-            "user": head_repository["owner"],
-            "repo": head_repository,
-        },
-        "base": {
-            "label": f"{repo.split('/', maxsplit=1)[0]}:main",
-            "ref": "main",
-            "sha": "9049f1265b7d61be4a8904a9a27120d2064dab3b",
-            "user": repository["owner"],
-            "repo": repository,
-        },
-        "_links": {
-            name: {"href": href}
-            for name, href in {
-                "self": f"{api}/pulls/{number}",
-                "html": html,
-                "issue": f"{api}/issues/{number}",
-                "comments": f"{api}/issues/{number}/comments",
-                "review_comments": f"{api}/pulls/{number}/comments",
-                "review_comment": f"{api}/pulls/comments{{/number}}",
-                "commits": f"{api}/pulls/{number}/commits",
-                "statuses": f"{api}/statuses/6dcb09b5b57875f334f61aebed695e2e4193db5e",
-            }.items()
-        },
-        "author_association": "NONE",
-        "auto_merge": None,
-        "active_lock_reason": None,
-        "merged": merged,
-        "mergeable": None if state == "closed" else True,
-        "rebaseable": None,
-        "mergeable_state": "unknown" if state == "closed" else "clean",
-        "merged_by": reviewer if merged else None,
-        "comments": 0,
-        "review_comments": 0,
-        "maintainer_can_modify": False,
-        "commits": 1,
-        "additions": 12,
-        "deletions": 3,
-        "changed_files": 2,
-    }
-    payload: dict[str, Any] = {
-        "action": action,
-        "number": number,
-        "pull_request": pull_request,
-        "repository": repository,
-        "sender": reviewer if action == "closed" else bot,
-    }
-    if action == "edited":
-        payload["changes"] = {"title": {"from": "Steward: change module one"}}
-    if action == "synchronize":
-        payload["before"] = "9049f1265b7d61be4a8904a9a27120d2064dab3b"
-        payload["after"] = "6dcb09b5b57875f334f61aebed695e2e4193db5e"
-    if action == "labeled":
-        payload["label"] = {
-            "id": 208045946,
-            "node_id": "MDU6TGFiZWwyMDgwNDU5NDY=",
-            "url": f"{api}/labels/bug",
-            "name": "bug",
-            "color": "f29513",
-            "default": True,
-            "description": "Something isn't working",
-        }
-    if installation_id is not None:
-        payload["installation"] = {"id": installation_id, "node_id": f"MDIzOkludGVncmF0aW9u{installation_id}"}
-    return payload
-
-
-def github_installation(
-    installation_id: int = INSTALLATION_ID,
-    *,
-    account: str = "octo",
-    updated_at: datetime = T0,
-    suspended: bool = False,
-) -> dict[str, Any]:
-    api = "https://api.github.com"
-    return {
-        "id": installation_id,
-        "client_id": "Iv1.8a61f9b3a7aba766",
-        "account": github_user(account, 583300, "Organization"),
-        "repository_selection": "selected",
-        "access_tokens_url": f"{api}/app/installations/{installation_id}/access_tokens",
-        "repositories_url": f"{api}/installation/repositories",
-        "html_url": f"https://github.com/organizations/{account}/settings/installations/{installation_id}",
-        "app_id": APP_ID,
-        "app_slug": "steward-app",
-        "target_id": 583300,
-        "target_type": "Organization",
-        "permissions": {"contents": "write", "metadata": "read", "pull_requests": "write"},
-        "events": ["pull_request"],
-        "created_at": _stamp(T0 - timedelta(days=30)),
-        "updated_at": _stamp(updated_at),
-        "single_file_name": None,
-        "has_multiple_single_files": False,
-        "single_file_paths": [],
-        "suspended_by": github_user("octocat", 1) if suspended else None,
-        "suspended_at": _stamp(updated_at) if suspended else None,
-    }
-
-
-def _listed(full_name: str) -> dict[str, Any]:
-    digest = int(hashlib.sha256(full_name.encode()).hexdigest()[:6], 16)
-    return {
-        "id": digest,
-        "node_id": f"R_kgDO{digest:08d}",
-        "name": full_name.split("/")[1],
-        "full_name": full_name,
-        "private": True,
-    }
-
-
-def installation_payload(
-    action: str,
-    *,
-    installation_id: int = INSTALLATION_ID,
-    account: str = "octo",
-    at: datetime = T0,
-    repositories: tuple[str, ...] | None = None,
-    suspended: bool = False,
-) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "action": action,
-        "installation": github_installation(
-            installation_id, account=account, updated_at=at, suspended=suspended
-        ),
-        "sender": github_user("octocat", 1),
-    }
-    if repositories is not None:
-        payload["repositories"] = [_listed(r) for r in repositories]
-    if action == "created":
-        payload["requester"] = None
-    return payload
-
-
-def installation_repositories_payload(
-    action: str,
-    *,
-    installation_id: int = INSTALLATION_ID,
-    account: str = "octo",
-    at: datetime = T0,
-    added: tuple[str, ...] = (),
-    removed: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    return {
-        "action": action,
-        "installation": github_installation(installation_id, account=account, updated_at=at),
-        "repository_selection": "selected",
-        "repositories_added": [_listed(r) for r in added],
-        "repositories_removed": [_listed(r) for r in removed],
-        "requester": None,
-        "sender": github_user("octocat", 1),
-    }
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One signed HTTP delivery: what GitHub would POST."""
-
-    event: str
-    body: bytes
-    headers: dict[str, str]
-
-
-def signature(body: bytes, secret: str = SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def delivery(event: str, payload: Any, *, delivery_id: str | None = None, secret: str = SECRET) -> Delivery:
-    body = json.dumps(payload, separators=(",", ":")).encode()
-    return Delivery(
-        event,
-        body,
-        {
-            "Content-Type": "application/json",
-            "User-Agent": "GitHub-Hookshot/a1b2c3d",
-            "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery_id or str(uuid.uuid4()),
-            "X-GitHub-Hook-ID": "292430182",
-            "X-GitHub-Hook-Installation-Target-ID": str(APP_ID),
-            "X-GitHub-Hook-Installation-Target-Type": "integration",
-            "X-Hub-Signature-256": signature(body, secret),
-        },
-    )
-
 
 # ---- fixtures and helpers
 
@@ -601,6 +258,11 @@ def bad_inputs(task: Task) -> dict[str, tuple[Delivery, int, str]]:
             "bad_request",
         ),
         "JSON that is not an object": (_with_body(good, b'["opened"]'), 400, "bad_request"),
+        "JSON nested deeper than the parser goes": (
+            _with_body(good, b'{"a":' * 100_000 + b"1" + b"}" * 100_000),
+            400,
+            "bad_request",
+        ),
         "form-encoded payload": (
             _with_body(good, form, "application/x-www-form-urlencoded"),
             400,
@@ -687,6 +349,66 @@ def bad_inputs(task: Task) -> dict[str, tuple[Delivery, int, str]]:
             200,
             "ignored",
         ),
+        "the head repository of a deleted fork (null)": (
+            delivery("pull_request", _edited(opened, ("pull_request", "head", "repo"), None)),
+            200,
+            "ignored",
+        ),
+    }
+
+
+def _edited(payload: dict[str, Any], path: tuple[str, ...], value: Any = ...) -> dict[str, Any]:
+    """A copy of `payload` with the field at `path` set to `value` (or removed: `...`)."""
+    out = copy.deepcopy(payload)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    if value is ...:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return out
+
+
+def unusable_deliveries(task: Task) -> dict[str, tuple[Delivery, str]]:
+    """Case name -> (a verified delivery lacking a field Steward needs, that field)."""
+    opened = pull_request_payload("opened", branch=task.branch)
+    suspend = installation_payload("suspend", suspended=True)
+    added = installation_repositories_payload("added", added=("octo/api",))
+    return {
+        "no head.ref": (
+            delivery("pull_request", _edited(opened, ("pull_request", "head", "ref"))),
+            "pull_request.head.ref",
+        ),
+        "head.ref null": (
+            delivery("pull_request", _edited(opened, ("pull_request", "head", "ref"), None)),
+            "pull_request.head.ref",
+        ),
+        "no base repository": (
+            delivery("pull_request", _edited(opened, ("pull_request", "base", "repo"))),
+            "pull_request.base.repo",
+        ),
+        "a pull request state GitHub has not": (
+            delivery("pull_request", _edited(opened, ("pull_request", "state"), "merged")),
+            "pull_request.state",
+        ),
+        "no repository": (delivery("pull_request", _edited(opened, ("repository",))), "repository"),
+        "an installation without its id": (
+            delivery("pull_request", _edited(opened, ("installation",), {"node_id": "MDIz"})),
+            "installation.id",
+        ),
+        "an installation event without updated_at": (
+            delivery("installation", _edited(suspend, ("installation", "updated_at"))),
+            "installation.updated_at",
+        ),
+        "an updated_at beyond any calendar": (
+            delivery("installation", _edited(suspend, ("installation", "updated_at"), 10**20)),
+            "installation.updated_at",
+        ),
+        "added without repositories_added": (
+            delivery("installation_repositories", _edited(added, ("repositories_added",))),
+            "repositories_added",
+        ),
     }
 
 
@@ -718,6 +440,114 @@ def test_every_bad_input_is_refused_or_ignored_and_stores_nothing(
         if len(secret) > 8:
             assert secret not in logged
             assert secret.removeprefix("sha256=") not in logged
+
+
+def test_a_delivery_lacking_a_field_steward_needs_is_a_400_naming_it(
+    world: World, endpoint: LambdaHttpServer
+) -> None:
+    before = stored(world.services.tables)
+    for name, (item, where) in unusable_deliveries(world.task).items():
+        response = post(endpoint, item)
+        assert response.status_code == 400, name
+        error = response.json()["error"]
+        assert (error["code"], error["field"]) == ("bad_request", where), name
+        assert f"'s {where} " in error["message"], name
+        assert stored(world.services.tables) == before, name
+
+
+# ---- real deliveries GitHub produced (../shared/github-payloads)
+
+
+def _outcome(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    status: str = response.json()["status"]
+    return status
+
+
+@pytest.mark.parametrize("path", real_payload_files(), ids=lambda p: p.name)
+def test_every_real_delivery_is_accepted(services: Services, endpoint: LambdaHttpServer, path: Path) -> None:
+    event = event_of(path)
+    payload = json.loads(path.read_bytes())
+    outcome = _outcome(post(endpoint, signed_file(path)))  # the file's bytes, as GitHub sent them
+    if event == "pull_request":
+        assert outcome == "ignored"  # none is on a Steward branch
+    elif event in ("installation", "installation_repositories"):
+        assert outcome == "applied"  # each is news to an empty table
+        row = installation_row(services.tables, payload["installation"]["id"])
+        assert row["account"] == payload["installation"]["account"]["login"]
+        assert row["suspended"] is (payload["action"] in ("suspend", "deleted"))
+    else:
+        assert outcome == "ignored"  # ping, push, issues, check_run: not processed
+
+
+def test_a_real_labelled_pull_request_moves_its_task_to_review_and_a_real_merge_to_merged(
+    world: World, endpoint: LambdaHttpServer
+) -> None:
+    task = world.task
+    opened = real_payload("octokit.pull_request.opened.json")
+    assert opened["pull_request"]["labels"]
+    assert "archived_by" not in opened["pull_request"]["labels"][0]  # what githubkit-schemas refused
+    labelled = aimed_at(opened, branch=task.branch)
+    assert _outcome(post(endpoint, delivery("pull_request", labelled))) == "applied"
+    current = world.current()
+    assert current.status is TaskStatus.REVIEW
+    assert (current.pr_url, current.pr_number) == (opened["pull_request"]["html_url"], 2)
+    assert world.item_status() == "review"
+    labelled_again = aimed_at(real_payload("octokit.pull_request.labeled.json"), branch=task.branch)
+    assert _outcome(post(endpoint, delivery("pull_request", labelled_again))) == "ignored"  # not an action
+
+    merged = real_payload("translatabot.pull_request.closed.merged.json")
+    assert (
+        _outcome(post(endpoint, delivery("pull_request", aimed_at(merged, branch=task.branch)))) == "applied"
+    )
+    current = world.current()
+    assert current.status is TaskStatus.MERGED
+    assert (current.pr_url, current.pr_number) == (merged["pull_request"]["html_url"], 4)
+    assert world.item_status() == "merged"
+    assert world.events()[-1]["data"]["merged"] is True
+
+
+@pytest.mark.parametrize(
+    "order", [("suspend", "unsuspend"), ("unsuspend", "suspend"), ("suspend", "unsuspend", "suspend")]
+)
+def test_a_real_unsuspend_stamped_like_its_suspend_lifts_the_suspension(
+    world: World, order: tuple[str, ...]
+) -> None:
+    tables = world.services.tables
+    files = {
+        action: delivery("installation", aimed_at(real_payload(f"octokit.installation.{action}.json")))
+        for action in ("suspend", "unsuspend")
+    }
+    assert (
+        json.loads(files["suspend"].body)["installation"]["updated_at"]
+        == json.loads(files["unsuspend"].body)["installation"]["updated_at"]
+    )
+    for action in order:
+        world.deliver(files[action])  # the last suspend is GitHub redelivering the first
+    assert installation_row(tables)["suspended"] is False
+    sync = plain(tables.table(INSTALLATIONS).get_item(Key={"installation_id": INSTALLATION_ID})["Item"])
+    assert sync["github_sync"]["needs_refresh"] is True  # stamped alike and disagreeing: re-read later
+    opened = delivery("pull_request", pull_request_payload("opened", branch=world.task.branch))
+    assert world.deliver(opened) == "applied"  # not stranded: the task moves
+    assert world.current().status is TaskStatus.REVIEW
+
+
+def test_a_real_suspend_still_suspends(world: World) -> None:
+    suspend = delivery("installation", aimed_at(real_payload("octokit.installation.suspend.json")))
+    assert world.deliver(suspend) == "applied"
+    assert installation_row(world.services.tables)["suspended"] is True
+    opened = delivery("pull_request", pull_request_payload("opened", branch=world.task.branch))
+    assert world.deliver(opened) == "ignored"
+
+
+def test_the_webhook_handler_loads_no_githubkit() -> None:
+    # githubkit-schemas alone is ~56 MB and a second of imports: the webhook Lambda needs none.
+    code = (
+        "import sys, steward.webhook_handler; "
+        "print(sorted(m for m in sys.modules if m.startswith(('githubkit', 'githubkit_schemas'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_another_tenants_repository_changes_nothing(services: Services) -> None:
@@ -1061,17 +891,19 @@ _REPOS = ("octo/a", "octo/b", "Octo/B", "octo/c")
 
 @st.composite
 def changes(draw: st.DrawFn) -> InstallationChange:
-    kind = draw(st.sampled_from(["created", "added", "removed", "suspend", "deleted"]))
+    kind = draw(st.sampled_from(["created", "added", "removed", "suspend", "unsuspend", "deleted"]))
     repos = tuple(draw(st.lists(st.sampled_from(_REPOS), max_size=3)))
+    precedence = {"suspend": SUSPEND, "unsuspend": UNSUSPEND}.get(kind, REPORT)
     return InstallationChange(
         installation_id=1,
         stamp=draw(st.integers(0, 5)),  # few stamps: plenty of ties
         account=draw(st.sampled_from(["octo", "octo-inc", None])),
-        suspended=draw(st.booleans()) if kind != "suspend" else True,
+        suspended={"suspend": True, "unsuspend": False}.get(kind, draw(st.booleans())),
         snapshot=repos if kind == "created" else None,
         added=repos if kind == "added" else (),
         removed=repos if kind == "removed" else (),
         deleted=kind == "deleted" and draw(st.booleans()),
+        precedence=precedence,
     )
 
 
@@ -1080,11 +912,11 @@ def changes(draw: st.DrawFn) -> InstallationChange:
 def test_the_installation_merge_ignores_order_and_repetition(
     events: list[InstallationChange], rng: random.Random
 ) -> None:
-    def fold(sequence: list[InstallationChange]) -> Installation:
+    def fold(sequence: list[InstallationChange]) -> tuple[Installation, InstallationSync, bool]:
         state = InstallationSync()
         for change in sequence:
             state = merge(state, change)
-        return state.view(1, "alice")
+        return state.view(1, "alice"), state, state.needs_refresh  # the disputes too
 
     shuffled = [*events, rng.choice(events)]  # a redelivery, processed again
     rng.shuffle(shuffled)

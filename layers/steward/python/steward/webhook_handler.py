@@ -1,5 +1,5 @@
 """Webhook Lambda behind a Function URL: GitHub's deliveries (DESIGN section 7; the rules are
-in `steward.services.webhooks`).
+in `steward.domain.webhooks`, the receiver in `steward.services.webhooks`).
 
 `POST /` (the Function URL itself) and `POST /webhook`. The signature is checked over the
 raw body bytes, so the body is taken as Lambda delivers it (base64-decoded when

@@ -216,7 +216,8 @@ def webhook_receiver() -> WebhookReceiver:
     from steward.adapters.delivery_store import DeliveryStore  # noqa: PLC0415
     from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
     from steward.adapters.task_store import TaskStore  # noqa: PLC0415
-    from steward.services.webhooks import WebhookReceiver, WebhookSecret  # noqa: PLC0415
+    from steward.domain.webhooks import WebhookSecret  # noqa: PLC0415
+    from steward.services.webhooks import WebhookReceiver  # noqa: PLC0415
 
     s, t = settings(), tables()
     value: str | None = s.webhook_secret
