@@ -261,9 +261,9 @@ def test_a_burst_of_connections_to_the_relay_lambda_is_answered_never_reset(
 ) -> None:
     """120 callers connect at once (socketserver's default backlog of 5 reset about half of
     them): each is queued and answered, 200 while the budget lasts and 402 or 429 after."""
-    from steward import relay_handler  # noqa: PLC0415
+    from steward import relay_handler, wiring  # noqa: PLC0415
 
-    monkeypatch.setattr(relay_handler, "relay", lambda: kit.relay)
+    monkeypatch.setattr(wiring, "relay", lambda: kit.relay)
     entry = load_price_table().entry("scripted")
     reserved = max_cost(entry, input_bound_tokens(payload_bytes(ConverseRequest.model_validate(ask()))), 64)
     cap = reserved * 5  # the relay admits about 5 calls before it refuses
