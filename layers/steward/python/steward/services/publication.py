@@ -21,6 +21,10 @@ request:
 * pull_request: any pull request for the head, in any state, is reused; otherwise one is
   opened (and GitHub's 422 "already exists" is answered with the existing one).
 
+The commands that carry the token (`ls-remote`, `fetch`, `push`) run in a throwaway
+repository of Steward's (`steward.adapters.git.remote_repository`), never reading the
+clone's config; local commands are pinned to the clone's git directory and work tree.
+
 Artifacts are written under `clone.parent / "artifacts"` and, when an ArtifactStore is given,
 uploaded. Everything written is redacted (`steward.domain.redaction.redact`) of the token in
 use and of anything shaped like a GitHub credential.
@@ -40,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from steward.adapters.artifact_store import ArtifactStore
-from steward.adapters.git import GitError, run_git
+from steward.adapters.git import GitError, GitResult, RemoteRepository, pinned, remote_repository, run_git
 from steward.adapters.github import PullRef, RepositoryClient
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import StewardError
@@ -256,18 +260,18 @@ class Publisher:
 
     # ---- stages
 
-    def _git(self, run: _Run, *args: str, token: bool = False, check: bool = True, **kwargs: Any) -> str:
-        url = self.github.git_url(run.task.repo) if token else None
-        result = run_git(
-            args,
-            cwd=run.clone,
-            token=run.token() if token else None,
-            token_url=url,
-            check=check,
-            secrets=run.secrets,
-            **kwargs,
-        )
-        return result.stdout
+    def _git(self, run: _Run, *args: str, check: bool = True, **kwargs: Any) -> str:
+        return self._local(run, *args, check=check, **kwargs).stdout
+
+    def _local(self, run: _Run, *args: str, check: bool = True, **kwargs: Any) -> GitResult:
+        """A local command in the clone, pinned to its git directory and work tree (never one
+        that carries the token: `_remote`)."""
+        return run_git([*pinned(run.clone), *args], cwd=run.clone, check=check, secrets=run.secrets, **kwargs)
+
+    def _remote(self, run: _Run, repository: RemoteRepository, *args: str) -> str:
+        """A token-carrying command, in Steward's own repository, the token scoped to the URL."""
+        url = self.github.git_url(run.task.repo)
+        return repository.git(args, token=run.token(), token_url=url, secrets=run.secrets).stdout
 
     def _stage(self, run: _Run) -> tuple[str, dict[str, Any]]:
         self._git(run, "add", "-A")
@@ -305,9 +309,7 @@ class Publisher:
         return "ok", detail
 
     def _commit(self, run: _Run) -> tuple[str, dict[str, Any]]:
-        staged = run_git(
-            ("diff", "--cached", "--quiet", "--no-ext-diff"), cwd=run.clone, check=False
-        ).returncode
+        staged = self._local(run, "diff", "--cached", "--quiet", "--no-ext-diff", check=False).returncode
         if staged == 0:
             if self._head_is_ours(run):
                 return "skipped", {"reason": "already committed", "sha": self._head(run)}
@@ -353,15 +355,22 @@ class Publisher:
                 reason="branch",
             )
         url = self.github.git_url(run.task.repo)
-        remote = self._remote_head(run, url, branch)
+        with remote_repository(run.clone, haves=(sha,)) as outbound:
+            return self._push_from(run, outbound, url, branch, sha)
+
+    def _push_from(
+        self, run: _Run, outbound: RemoteRepository, url: str, branch: str, sha: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The push stage in `outbound` (Steward's repository, borrowing the clone's objects)."""
+        remote = self._remote_head(run, outbound, url, branch)
         detail: dict[str, Any] = {"branch": branch, "remote_before": remote}
         if remote == sha:
             return "skipped", {**detail, "sha": sha, "reason": "already pushed"}
         if remote is not None:
-            self._git(run, "fetch", "--no-tags", "--quiet", url, f"refs/heads/{branch}", token=True)
-            fetched = self._git(run, "rev-parse", "--verify", "FETCH_HEAD^{commit}").strip()
-            if fetched != remote:
+            self._remote(run, outbound, "fetch", "--no-tags", "--quiet", url, f"refs/heads/{branch}")
+            if outbound.fetched() != remote:
                 raise GitError(f"the remote branch {branch} moved while it was read; publish again")
+            outbound.adopt_into(run.clone)  # the clone holds the remote's commits from now on
             theirs = self._git(run, "rev-list", remote, f"^{sha}").split()
             if theirs:
                 foreign = [c for c in theirs if not self._is_ours(run, c)]
@@ -376,7 +385,7 @@ class Publisher:
                 detail["rebuilt_on"] = remote
                 if sha == remote:
                     return "skipped", {**detail, "sha": sha, "reason": "already pushed"}
-        self._git(run, "push", "--no-verify", "--quiet", url, f"{sha}:refs/heads/{branch}", token=True)
+        self._remote(run, outbound, "push", "--no-verify", "--quiet", url, f"{sha}:refs/heads/{branch}")
         detail["action"] = "created" if remote is None else "fast-forward"
         return "ok", {**detail, "sha": sha}
 
@@ -421,7 +430,7 @@ class Publisher:
         return self._git(run, "rev-parse", "--verify", "HEAD^{commit}").strip()
 
     def _head_is_ours(self, run: _Run) -> bool:
-        head = run_git(("rev-parse", "--verify", "--quiet", "HEAD^{commit}"), cwd=run.clone, check=False)
+        head = self._local(run, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
         return head.returncode == 0 and self._is_ours(run, head.stdout.strip())
 
     def _is_ours(self, run: _Run, commit: str) -> bool:
@@ -455,8 +464,8 @@ class Publisher:
         self._git(run, "reset", "--soft", rebuilt)
         return rebuilt
 
-    def _remote_head(self, run: _Run, url: str, branch: str) -> str | None:
-        out = self._git(run, "ls-remote", "--heads", url, f"refs/heads/{branch}", token=True)
+    def _remote_head(self, run: _Run, outbound: RemoteRepository, url: str, branch: str) -> str | None:
+        out = self._remote(run, outbound, "ls-remote", "--heads", url, f"refs/heads/{branch}")
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
             if ref == f"refs/heads/{branch}" and _SHA.match(sha):
@@ -465,7 +474,8 @@ class Publisher:
 
     def _default_branch(self, run: _Run) -> str:
         url = self.github.git_url(run.task.repo)
-        out = self._git(run, "ls-remote", "--symref", url, "HEAD", token=True)
+        with remote_repository() as outbound:
+            out = self._remote(run, outbound, "ls-remote", "--symref", url, "HEAD")
         for line in out.splitlines():
             if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD"):
                 return line[len("ref: refs/heads/") : -len("\tHEAD")]
