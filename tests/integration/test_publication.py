@@ -8,11 +8,13 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import re
 import shutil
 import socket
+import subprocess
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -26,12 +28,15 @@ from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
 from steward.adapters.git import GitError, remote_git, run_git
 from steward.adapters.github import GitHubApp, GitHubError
+from steward.adapters.runtime_api import RuntimeApi
 from steward.adapters.task_store import TaskStore
 from steward.config import Settings
 from steward.domain.models import Task, utcnow
-from steward.domain.redaction import redact
+from steward.domain.redaction import Redactor, redact
 from steward.local.github_twin import GitHubTwin
 from steward.local.moto_serial import install_dynamodb_lock
+from steward.runner.config import RunnerConfig
+from steward.runner.run import Run
 from steward.services.publication import STAGES, Publisher, PublishError, PublishResult, StageHook
 from steward.wiring import Services
 
@@ -296,7 +301,7 @@ def test_no_changes_is_refused_and_nothing_is_pushed(kit: Kit) -> None:
     assert (caught.value.stage, caught.value.reason) == ("commit", "no_changes")
     assert "no changes" in caught.value.message
     recorded = stages_of(clone)
-    assert list(recorded) == ["stage", "record", "commit"]
+    assert list(recorded) == ["stage", "record", "scan", "commit"]
     assert recorded["commit"]["status"] == "refused"
     assert kit.branch() is None
     assert kit.pull_numbers() == []
@@ -605,6 +610,112 @@ def listener() -> Iterator[Listener]:
     server.close()
 
 
+def plain_git(cwd: Path, *args: str) -> None:
+    """git as a check runs it: a plain subprocess, none of Steward's hardening."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"}
+    env |= {
+        "GIT_AUTHOR_NAME": "c",
+        "GIT_AUTHOR_EMAIL": "c@x",
+        "GIT_COMMITTER_NAME": "c",
+        "GIT_COMMITTER_EMAIL": "c@x",
+    }
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def nested_repository(root: Path, where: str, sentinel: Path) -> None:
+    """What the check of the issue did: `git init <where>` with a clean filter that writes
+    `sentinel`, a committed file made stat-dirty (git would clean it again) and an untracked
+    `.gitattributes` naming the filter."""
+    repo = root / where
+    repo.mkdir(parents=True)
+    plain_git(repo, "init", "-q")
+    (repo / "f").write_text("x\n")
+    plain_git(repo, "add", "f")
+    plain_git(repo, "commit", "-q", "-m", "f")
+    plain_git(repo, "config", "filter.evil.clean", f"touch {sentinel}; cat")
+    (repo / ".gitattributes").write_text("* filter=evil\n")
+    os.utime(repo / "f", (1_000_000_000, 1_000_000_000))
+
+
+def gitfile(root: Path, where: str, sentinel: Path) -> None:
+    """A `.git` file pointing at the clone's own git directory."""
+    (root / where).mkdir(parents=True)
+    (root / where / ".git").write_text(f"gitdir: {root / '.git'}\n")
+
+
+def bare_repository(root: Path, where: str, sentinel: Path) -> None:
+    """A bare repository as plain files, its config naming a program for whoever enters it."""
+    plain_git(root, "init", "-q", "--bare", where)
+    plain_git(root / where, "config", "core.fsmonitor", f"touch {sentinel}")
+
+
+def uppercase_git(root: Path, where: str, sentinel: Path) -> None:
+    """`.GIT`: git on Linux might take it for a name, a case-folding filesystem for `.git`."""
+    nested_repository(root, where, sentinel)
+    (root / where / ".git").rename(root / where / ".GIT")
+
+
+# A tree a check left behind: (the path the hostile repository is at, how it was made).
+# Publication refuses each; nothing in it ever runs; it is never pushed.
+HOSTILE_TREES: dict[str, tuple[str, Callable[[Path, str, Path], None]]] = {
+    "a nested repository with a clean filter": ("evil", nested_repository),
+    "a nested repository deep in the tree": ("src/vendor/evil", nested_repository),
+    "a .git file pointing at the clone's git directory": ("sub", gitfile),
+    "a nested bare repository": ("fixtures/evil.git", bare_repository),
+    "a nested repository spelled .GIT": ("loud", uppercase_git),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_TREES, ids=list(HOSTILE_TREES))
+def test_a_nested_repository_never_runs_and_is_never_published(hostile: Kit, case: str) -> None:
+    kit = hostile
+    clone = kit.worked_clone()
+    sentinel = kit.root / "sentinel"
+    where, make = HOSTILE_TREES[case]
+    make(clone, where, sentinel)
+
+    with pytest.raises(PublishError) as caught:
+        kit.publish(clone, upload=True)
+    assert (caught.value.stage, caught.value.reason) == ("scan", "nested_repository")
+    assert where in caught.value.message
+    assert not sentinel.exists(), "a program the tree named ran"
+    assert kit.branch() is None
+    assert kit.pull_numbers() == []
+    assert "160000" not in git(clone, "ls-files", "--stage")  # no gitlink was ever staged
+    diff = kit.artifacts.read_text(kit.task.id, "diff.patch") or ""
+    assert "+print('hello, world')" in diff  # the rest of the work stays reviewable
+    assert "Subproject commit" not in diff
+
+
+@pytest.mark.parametrize("case", HOSTILE_TREES, ids=list(HOSTILE_TREES))
+def test_the_failure_path_runs_nothing_a_nested_repository_names(hostile: Kit, case: str) -> None:
+    kit = hostile
+    # A run that ends without publishing (a failed check) keeps its work as diff.patch.
+    clone = kit.worked_clone()
+    sentinel = kit.root / "sentinel"
+    where, make = HOSTILE_TREES[case]
+    make(clone, where, sentinel)
+    config = RunnerConfig(
+        task_id=kit.task.id, ticket="ticket-value", api_url="http://x", relay_url="http://x"
+    )
+    run = Run(
+        config,
+        kit.task,
+        "r1",
+        "capability-value",
+        tasks=kit.services.tasks.tasks,
+        artifacts=kit.artifacts,
+        api=RuntimeApi("http://127.0.0.1:9", "http://127.0.0.1:9"),
+        redactor=Redactor(),
+    )
+    run._write_artifacts(clone, preserve=True)
+    assert not sentinel.exists(), "a program the tree named ran"
+    diff = kit.artifacts.read_text(kit.task.id, "diff.patch") or ""
+    assert "+print('hello, world')" in diff
+    assert "Subproject commit" not in diff
+    assert "160000" not in git(clone, "ls-files", "--stage")
+
+
 # A config planted in the clone's `.git/config`, and files beside it: `{twin}` is the twin's
 # base URL, `{url}` the repository's, `{listener}` a server that must never be contacted,
 # `{sentinel}` a file no program may create, `{home}` the clone's parent. Publication must go
@@ -645,6 +756,10 @@ PLANTED: dict[str, tuple[str, dict[str, str]]] = {
     "a work tree elsewhere": (
         "[core]\n\tworktree = {home}/elsewhere\n",
         {"elsewhere/stolen.txt": "a host file\n"},
+    ),
+    "a clean filter .gitattributes names": (
+        '[filter "evil"]\n\tclean = touch {sentinel}; cat\n',
+        {"clone/.gitattributes": "* filter=evil\n"},
     ),
     "a textconv and an external diff": (
         '[diff "evil"]\n\ttextconv = touch {sentinel}; cat\n[diff]\n\texternal = touch {sentinel}\n',

@@ -1,12 +1,21 @@
 """Governed publication: the runner's last step, never the model's (DESIGN sections 3, 6).
 
 Stages, in order, each recorded in `publish.json` (stage -> {status, at, detail}) as soon as
-it ends: `stage` (git add -A), `record` (staged files, `diff.patch`, `git-status.txt`),
-`commit` (as the Steward bot, with a `Steward-Task: <task id>` trailer), `resolve` (the
-SHA), `recheck_push` (the task is not cancelled), `push`, `recheck_pull_request`,
-`pull_request`. A status is `ok`, `skipped` (already done by an earlier attempt), `refused`
-(a rule stopped publication: `PublishError`) or `failed` (an error; the exception is raised
-after it is recorded).
+it ends: `stage` (git add -A, nested repositories left out), `record` (staged files,
+`diff.patch`, `git-status.txt`), `scan` (what would be pushed, before anything is
+committed), `commit` (as the Steward bot, with a `Steward-Task: <task id>` trailer),
+`resolve` (the SHA), `recheck_push` (the task is not cancelled), `push`,
+`recheck_pull_request`, `pull_request`. A status is `ok`, `skipped` (already done by an
+earlier attempt), `refused` (a rule stopped publication: `PublishError`) or `failed` (an
+error; the exception is raised after it is recorded).
+
+The tree is untrusted (the model wrote it, the checks ran in it; `steward.adapters.git`):
+
+* a nested repository (any `.git` below the top), a gitlink the change would add or move,
+  or a changed path inside a directory shaped like a git directory (a nested bare
+  repository) refuses publication (`nested_repository`): it is never staged, entered or
+  pushed. Refusing rather than dropping it: a tree something planted a repository in is not
+  one to publish a part of.
 
 Every stage is safe to repeat, so a publication that died anywhere can simply run again,
 in the same clone or in a fresh clone of the pushed branch, and never makes a second pull
@@ -21,9 +30,9 @@ request:
 * pull_request: any pull request for the head, in any state, is reused; otherwise one is
   opened (and GitHub's 422 "already exists" is answered with the existing one).
 
-The commands that carry the token (`ls-remote`, `fetch`, `push`) run in a throwaway
-repository of Steward's (`steward.adapters.git.remote_repository`), never reading the
-clone's config; local commands are pinned to the clone's git directory and work tree.
+* the commands that carry the token (`ls-remote`, `fetch`, `push`) run in a throwaway
+  repository of Steward's (`steward.adapters.git.remote_repository`), never reading the
+  clone's config; local commands are pinned to the clone's git directory and work tree.
 
 Artifacts are written under `clone.parent / "artifacts"` and, when an ArtifactStore is given,
 uploaded. Everything written is redacted (`steward.domain.redaction.redact`) of the token in
@@ -44,7 +53,20 @@ from pathlib import Path
 from typing import Any
 
 from steward.adapters.artifact_store import ArtifactStore
-from steward.adapters.git import GitError, GitResult, RemoteRepository, pinned, remote_repository, run_git
+from steward.adapters.git import (
+    DIFF_FLAGS,
+    STATUS_FLAGS,
+    GitError,
+    GitResult,
+    RemoteRepository,
+    UntrustedGitDir,
+    is_git_directory,
+    pinned,
+    remote_repository,
+    run_git,
+    staged_changes,
+    untrusted_tree,
+)
 from steward.adapters.github import PullRef, RepositoryClient
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import StewardError
@@ -57,6 +79,7 @@ _LOG = logging.getLogger(__name__)
 STAGES = (
     "stage",
     "record",
+    "scan",
     "commit",
     "resolve",
     "recheck_push",
@@ -71,6 +94,9 @@ MAX_LISTED_FILES = 500
 MAX_TITLE_CHARS = 256
 MAX_BODY_CHARS = 60_000  # GitHub refuses bodies over 65,536 characters
 MAX_COMMAND_CHARS = 200
+MAX_NAMED_FILES = 5  # files a refusal names
+MAX_OWN_COMMITS = 50  # commits of this task HEAD may sit on
+GITLINK_MODE = "160000"
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 StageHook = Callable[[str, Mapping[str, Any]], None]
@@ -78,8 +104,9 @@ StageHook = Callable[[str, Mapping[str, Any]], None]
 
 class PublishError(StewardError):
     """Publication stopped by a rule, not by a fault. `reason`: "no_changes",
-    "cancelled", "foreign_commits" or "branch" (not the task's canonical branch); `stage`
-    is where it stopped."""
+    "cancelled", "foreign_commits", "branch" (not the task's canonical branch),
+    "nested_repository" or "git_dir" (the clone's `.git` was replaced); `stage` is where it
+    stopped."""
 
     status = 409
     code = "publish_refused"
@@ -100,7 +127,8 @@ class PublishResult:
 
 @dataclass
 class _Run:
-    """One publication attempt: its stage records, the secrets to redact, the cached token."""
+    """One publication attempt: its stage records, the secrets to redact, the cached token,
+    what `stage` left out."""
 
     task: Task
     clone: Path
@@ -108,6 +136,7 @@ class _Run:
     token_provider: Callable[[], str]
     secrets: list[str] = field(default_factory=list)
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nested: tuple[str, ...] = ()
     _token: str | None = None
 
     def token(self) -> str:
@@ -223,6 +252,7 @@ class Publisher:
 
         stage("stage", lambda: self._stage(run))
         stage("record", lambda: self._record_changes(run))
+        stage("scan", lambda: self._scan(run))
         stage("commit", lambda: self._commit(run))
         sha = str(stage("resolve", lambda: self._resolve(run))["sha"])
         stage("recheck_push", lambda: self._recheck(run, "recheck_push"))
@@ -274,21 +304,30 @@ class Publisher:
         return repository.git(args, token=run.token(), token_url=url, secrets=run.secrets).stdout
 
     def _stage(self, run: _Run) -> tuple[str, dict[str, Any]]:
-        self._git(run, "add", "-A")
-        return "ok", {}
+        try:
+            tree = untrusted_tree(run.clone)
+        except UntrustedGitDir as exc:
+            raise PublishError(
+                f"{exc.message}; nothing is published from it", stage="stage", reason="git_dir"
+            ) from None
+        run.nested = tree.nested
+        self._git(run, "add", "-A", *tree.pathspec())
+        return "ok", ({"not_staged": list(tree.nested)} if tree.nested else {})
 
     def _record_changes(self, run: _Run) -> tuple[str, dict[str, Any]]:
-        files = _name_status(self._git(run, "diff", "--cached", "--name-status", "-z", "--no-renames"))
+        files = _name_status(
+            self._git(run, "diff", "--cached", "--name-status", "-z", "--no-renames", *DIFF_FLAGS)
+        )
         source = "index"
         if files:
-            diff = self._git(run, "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color")
+            diff = self._git(run, "diff", "--cached", "--no-color", *DIFF_FLAGS)
         elif self._head_is_ours(run):
             # A repeated publication: the changes are already in this task's commit.
             source = "commit"
             files = _name_status(
                 self._git(run, "show", "--format=", "--name-status", "-z", "--no-renames", "HEAD")
             )
-            show = ("show", "--format=", "--no-ext-diff", "--no-textconv", "--no-color", "HEAD")
+            show = ("show", "--format=", "--no-color", *DIFF_FLAGS, "HEAD")
             diff = self._git(run, *show)
         else:
             diff = ""
@@ -296,7 +335,7 @@ class Publisher:
         if truncated:
             diff = diff.encode()[:MAX_DIFF_BYTES].decode("utf-8", errors="ignore")
             diff += "\n[diff truncated by Steward]\n"
-        status = self._git(run, "status", "--porcelain=v1", "--untracked-files=all")
+        status = self._git(run, "status", "--porcelain=v1", "--untracked-files=all", *STATUS_FLAGS)
         written = run.write("diff.patch", diff)
         run.write("git-status.txt", status)
         detail = {
@@ -308,8 +347,49 @@ class Publisher:
         }
         return "ok", detail
 
+    def _scan(self, run: _Run) -> tuple[str, dict[str, Any]]:
+        """Refuse what must never be pushed (see the module docstring): nested repositories,
+        gitlinks, nested bare repositories. Reads the change between the task's base and the
+        index, so a replay whose change is already committed is scanned too."""
+        base = self._base(run)
+        kept = [c for c in staged_changes(run.clone, base) if c.status != "D"]
+        nested = [*run.nested, *(c.path for c in kept if c.new_mode == GITLINK_MODE)]
+        nested += _in_git_directories(run.clone, [c.path for c in kept])
+        if nested:
+            raise PublishError(
+                f"the change holds a nested git repository at {self._names(run, nested)} (never "
+                "staged or published); nothing was pushed, the work is in diff.patch (redacted)",
+                stage="scan",
+                reason="nested_repository",
+            )
+        return "ok", {"base": base, "files": len(kept)}
+
+    def _names(self, run: _Run, paths: Sequence[str]) -> str:
+        """Up to MAX_NAMED_FILES paths, each redacted (a file's name may be the secret)."""
+        unique = sorted(set(paths))
+        shown = ", ".join(redact(path, run.secrets) for path in unique[:MAX_NAMED_FILES])
+        more = len(unique) - MAX_NAMED_FILES
+        return shown + (f" and {more} more" if more > 0 else "")
+
+    def _base(self, run: _Run) -> str:
+        """What the task's change starts from: HEAD below any commits of this task (a
+        replay's own, or an earlier attempt's in a clone of the pushed branch); the empty tree
+        in an empty repository."""
+        commit = self._commit_of(run, "HEAD")
+        for _ in range(MAX_OWN_COMMITS):
+            if commit is None:
+                return self._git(run, "hash-object", "-t", "tree", "--stdin", input_text="").strip()
+            if not self._is_ours(run, commit):
+                return commit
+            commit = self._commit_of(run, f"{commit}^1")
+        raise GitError(f"HEAD sits on more than {MAX_OWN_COMMITS} commits of this task")
+
+    def _commit_of(self, run: _Run, revision: str) -> str | None:
+        found = self._local(run, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}", check=False)
+        return found.stdout.strip() if found.returncode == 0 else None
+
     def _commit(self, run: _Run) -> tuple[str, dict[str, Any]]:
-        staged = self._local(run, "diff", "--cached", "--quiet", "--no-ext-diff", check=False).returncode
+        staged = self._local(run, "diff", "--cached", "--quiet", *DIFF_FLAGS, check=False).returncode
         if staged == 0:
             if self._head_is_ours(run):
                 return "skipped", {"reason": "already committed", "sha": self._head(run)}
@@ -506,6 +586,23 @@ def _pull_detail(pull: PullRef) -> dict[str, Any]:
 def _title(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1] + "…"
+
+
+def _in_git_directories(clone: Path, paths: Sequence[str]) -> list[str]:
+    """The directories among the ancestors of `paths` that look like a git directory (a
+    nested bare repository the change would add to)."""
+    found: set[str] = set()
+    seen: dict[str, bool] = {}
+    for path in paths:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            ancestor = "/".join(parts[:depth])
+            if ancestor not in seen:
+                seen[ancestor] = is_git_directory(clone / ancestor)
+            if seen[ancestor]:
+                found.add(ancestor)
+                break
+    return sorted(found)
 
 
 def _cell(text: str) -> str:
