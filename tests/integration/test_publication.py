@@ -26,7 +26,7 @@ import pytest
 from moto import mock_aws
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
-from steward.adapters.git import GitError, remote_git, run_git
+from steward.adapters.git import GitError, basic_header, remote_git, run_git
 from steward.adapters.github import GitHubApp, GitHubError
 from steward.adapters.runtime_api import RuntimeApi
 from steward.adapters.task_store import TaskStore
@@ -523,23 +523,67 @@ def test_a_remote_branch_behind_our_commit_is_fast_forwarded(kit: Kit) -> None:
 # ---- credentials
 
 
-def test_no_credential_reaches_any_artifact_even_when_the_run_wrote_one(kit: Kit) -> None:
-    clone = kit.worked_clone()
-    leaked = kit.tokens()  # a live token the run got hold of and wrote into its work
-    (clone / "leak.txt").write_text(f"token={leaked}\nheader={BASIC_PREFIX}Zm9vYmFy\n")
+def test_the_pull_request_and_the_commit_are_redacted(hostile: Kit) -> None:
+    kit = hostile
+    leaked = kit.tokens()  # a live token in the item's title, the run's summary and a check
+    kit.task = kit.task.model_copy(update={"title": f"Rotate {leaked} before Friday"})
+    held = "held-capability-value"  # a secret the runtime holds, not shaped like a token
     result = kit.publish(
-        clone,
+        kit.worked_clone(),
         upload=True,
-        summary=f"Used {leaked} to look around.",
+        redactor=Redactor([held]),
+        summary=f"Used {leaked} and {held} to look around.",
         checks=[{"command": f"curl -H 'Authorization: token {leaked}'", "exit_status": 0, "duration_s": 1}],
     )
-    body = kit.twin.pull(REPO, result.pr_number)["body"]
-    assert_clean(body, kit.tokens)
-    assert "Used [REDACTED] to look around." in body
-    assert "+token=[REDACTED]" in (clone.parent / "artifacts" / "diff.patch").read_text()
-    assert_nothing_persisted(clone, kit.tokens)
+    pull = kit.twin.pull(REPO, result.pr_number)
+    assert pull["title"] == "Rotate [REDACTED] before Friday"
+    assert "Used [REDACTED] and [REDACTED] to look around." in pull["body"]
+    message = git(kit.root / "run" / "clone", "log", "-1", "--format=%B")
+    assert message.splitlines()[0] == "Rotate [REDACTED] before Friday", message
+    for text in (pull["title"], pull["body"], message):
+        assert_clean(text, kit.tokens)
+        assert held not in text
+    assert_nothing_persisted(kit.root / "run" / "clone", kit.tokens)
+
+
+HELD = "held-capability-value"  # what the runtime holds besides tokens (capability, ticket)
+# How a credential reaches a change: (path written, its content); `{token}` is a live
+# installation token, `{basic}` its Basic header, `{held}` HELD. One line per way.
+LEAKS: dict[str, tuple[str, str]] = {
+    "a live token in a new file": ("notes/leak.txt", "token={token}\n"),
+    "its Basic header added to a tracked file": ("app.py", "print('hello, world')\n# {basic}\n"),
+    "a held secret that is not token-shaped": ("settings.json", '{{"capability": "{held}"}}\n'),
+    "a token as a file name": ("docs/{token}.md", "nothing secret inside\n"),
+    "a token in a file .gitattributes calls binary": ("blob.bin", "\0\0binary {token}\0"),
+}
+
+
+@pytest.mark.parametrize("leak", LEAKS, ids=list(LEAKS))
+def test_a_credential_in_the_change_refuses_publication_and_pushes_nothing(hostile: Kit, leak: str) -> None:
+    kit = hostile
+    clone = kit.worked_clone()
+    token = kit.tokens()  # live: it would still authenticate wherever it was pushed
+    (clone / ".gitattributes").write_text("*.bin -diff\n")
+    where, content = (part.format(token=token, basic=basic_header(token), held=HELD) for part in LEAKS[leak])
+    (clone / where).parent.mkdir(parents=True, exist_ok=True)
+    (clone / where).write_bytes(content.encode("latin-1"))
+
+    with pytest.raises(PublishError) as caught:
+        kit.publish(clone, upload=True, redactor=Redactor([HELD]))
+    assert (caught.value.stage, caught.value.reason) == ("scan", "credential")
+    assert redact(where, [token]) in caught.value.message  # the file, by a name that is safe to show
+    assert_clean(caught.value.message, kit.tokens)
+    assert kit.branch() is None
+    assert kit.pull_numbers() == []
+    recorded = stages_of(clone)
+    assert list(recorded)[-1] == "scan"
+    assert recorded["scan"]["status"] == "refused"
+    diff = kit.artifacts.read_text(kit.task.id, "diff.patch") or ""
+    assert "+print('hello, world')" in diff  # the work is kept, redacted
     for name in ("publish.json", "diff.patch", "git-status.txt"):
-        assert_clean(kit.artifacts.read_text(kit.task.id, name) or "", kit.tokens)
+        text = kit.artifacts.read_text(kit.task.id, name) or ""
+        assert_clean(text, kit.tokens)
+        assert HELD not in text
 
 
 def test_no_token_in_git_config_or_in_any_exception(kit: Kit) -> None:

@@ -2,8 +2,9 @@
 writes a `conftest.py` that the plan's own check (`python -m pytest -q`) runs under
 bubblewrap, and that conftest plants a nested repository whose clean filter would write a
 sentinel file on the host. The runner's git, as root, must never run it: not when it
-publishes, not when it keeps a failed run's work. Its own stack, with plays of its own; the
-helpers are test_runner's."""
+publishes, not when it keeps a failed run's work. A credential the model wrote refuses the
+publication, naming the file. Its own stack, with plays of its own; the helpers are
+test_runner's."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from steward.local.stack import LocalStack
 
 from tests.integration.test_runner import (
     BROKEN_TEST,
+    CREDENTIAL,
     DONE,
     RUNTIME_LOGS,
     SUBTRACT,
@@ -29,6 +31,8 @@ from tests.integration.test_runner import (
     settled,
     start,
 )
+
+FAKE_TOKEN = "ghs_" + "N0tAL1veT0kenButSh4pedL1keOne0123456"  # what the redactor's patterns catch
 
 
 def conftest(sentinel: Path) -> str:
@@ -64,11 +68,12 @@ def plant(sentinel: Path) -> dict[str, object]:
 
 def plays(host: Path) -> list[dict[str, object]]:
     """One play per test, each planting a filter that writes its own sentinel under `host`."""
+    leak = {"tool": "write_file", "input": {"path": "notes.txt", "content": f"token: {FAKE_TOKEN}\n"}}
     return [
         {
-            "match": "PLAY-nested-publish",
+            "match": "PLAY-nested-and-leak",
             "summary": "Adds subtract.",
-            "steps": [plant(host / "publish"), SUBTRACT, DONE, VERIFY],
+            "steps": [plant(host / "publish"), leak, SUBTRACT, DONE, VERIFY],
         },
         {
             "match": "PLAY-nested-failing",
@@ -131,19 +136,23 @@ def artifacts(stack: LocalStack) -> ArtifactStore:
     return ArtifactStore("steward-artifacts", client=client)
 
 
-def test_a_planted_repository_never_runs_and_is_never_published(
+def test_a_planted_repository_never_runs_and_a_credential_refuses_publication(
     stack: LocalStack, alice: Alice, artifacts: ArtifactStore, host: Path
 ) -> None:
-    (task_id,) = start(alice, "untrusted-publish", "PLAY-nested-publish: add subtract")
+    (task_id,) = start(alice, "untrusted-publish", "PLAY-nested-and-leak: add subtract")
     task = settled(alice, task_id)
     assert not (host / "publish").exists(), "the nested repository's filter ran on the host"
     assert (task["status"], task["classification"]) == ("failed", "final"), task["reason"]
     assert "nested git repository at evil" in task["reason"]
+    assert "credential in notes.txt" in task["reason"]
+    assert FAKE_TOKEN not in task["reason"]
     assert stack.twin.branch_sha(SAMPLE_REPO, task["branch"]) is None  # nothing was pushed
     assert all(p["head"]["ref"] != task["branch"] for p in stack.twin.pulls(SAMPLE_REPO))
     diff = artifacts.read_text(task_id, "diff.patch") or ""
     assert "def subtract" in diff
+    assert "+token: [REDACTED]" in diff
     assert "Subproject commit" not in diff
+    assert not CREDENTIAL.search(diff)
     assert_no_credentials(artifacts, task_id)
 
 

@@ -295,6 +295,7 @@ class Run:
                 cost_usd=self._cost(),
                 token_provider=lambda: self._token().token.token,
                 on_stage=lambda name, entry: self.emit("publish", {"stage": name, "status": entry["status"]}),
+                redactor=self.redactor,
             )
         return result.pr_url, result.pr_number
 

@@ -16,6 +16,16 @@ The tree is untrusted (the model wrote it, the checks ran in it; `steward.adapte
   repository) refuses publication (`nested_repository`): it is never staged, entered or
   pushed. Refusing rather than dropping it: a tree something planted a repository in is not
   one to publish a part of.
+* `scan` reads every blob the change adds (the whole of a new file, the lines a modified
+  one gains) and every changed path name, raw from the object store (no filter, no
+  textconv, whatever `.gitattributes` says), and looks for every secret the process holds
+  and every credential pattern of `steward.domain.redaction`. A hit refuses publication
+  (`credential`) naming the files, redacted, never the secret: nothing is committed or
+  pushed, and `diff.patch` (redacted) keeps the work. A change too large to scan is refused
+  too (`too_large`): the scan fails closed.
+* the commands that carry the token (`ls-remote`, `fetch`, `push`) run in a throwaway
+  repository of Steward's (`steward.adapters.git.remote_repository`), never reading the
+  clone's config.
 
 Every stage is safe to repeat, so a publication that died anywhere can simply run again,
 in the same clone or in a fresh clone of the pushed branch, and never makes a second pull
@@ -30,13 +40,11 @@ request:
 * pull_request: any pull request for the head, in any state, is reused; otherwise one is
   opened (and GitHub's 422 "already exists" is answered with the existing one).
 
-* the commands that carry the token (`ls-remote`, `fetch`, `push`) run in a throwaway
-  repository of Steward's (`steward.adapters.git.remote_repository`), never reading the
-  clone's config; local commands are pinned to the clone's git directory and work tree.
-
 Artifacts are written under `clone.parent / "artifacts"` and, when an ArtifactStore is given,
-uploaded. Everything written is redacted (`steward.domain.redaction.redact`) of the token in
-use and of anything shaped like a GitHub credential.
+uploaded. Everything written, the commit message and the pull request's title and body are
+redacted (`steward.domain.redaction`) of the tokens in use, of every secret the caller's
+redactor holds, and of anything shaped like a credential; a text is redacted before it is
+cut to length, so a cut never leaves part of a token.
 """
 
 from __future__ import annotations
@@ -56,12 +64,15 @@ from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.git import (
     DIFF_FLAGS,
     STATUS_FLAGS,
+    Change,
     GitError,
     GitResult,
     RemoteRepository,
     UntrustedGitDir,
+    blob_sizes,
     is_git_directory,
     pinned,
+    read_blobs,
     remote_repository,
     run_git,
     staged_changes,
@@ -72,7 +83,7 @@ from steward.adapters.task_store import TaskStore
 from steward.domain.errors import StewardError
 from steward.domain.ids import branch_name
 from steward.domain.models import Task, TaskStatus, iso, utcnow
-from steward.domain.redaction import redact
+from steward.domain.redaction import Redactor
 
 _LOG = logging.getLogger(__name__)
 
@@ -94,8 +105,10 @@ MAX_LISTED_FILES = 500
 MAX_TITLE_CHARS = 256
 MAX_BODY_CHARS = 60_000  # GitHub refuses bodies over 65,536 characters
 MAX_COMMAND_CHARS = 200
+MAX_SCAN_BYTES = 64 * 1024 * 1024  # what the credential scan reads at most; more is refused
 MAX_NAMED_FILES = 5  # files a refusal names
 MAX_OWN_COMMITS = 50  # commits of this task HEAD may sit on
+BLOB_MODES = frozenset({"100644", "100755", "120000"})
 GITLINK_MODE = "160000"
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
@@ -105,8 +118,8 @@ StageHook = Callable[[str, Mapping[str, Any]], None]
 class PublishError(StewardError):
     """Publication stopped by a rule, not by a fault. `reason`: "no_changes",
     "cancelled", "foreign_commits", "branch" (not the task's canonical branch),
-    "nested_repository" or "git_dir" (the clone's `.git` was replaced); `stage` is where it
-    stopped."""
+    "nested_repository", "credential", "too_large" or "git_dir" (the clone's `.git` was
+    replaced); `stage` is where it stopped."""
 
     status = 409
     code = "publish_refused"
@@ -127,13 +140,14 @@ class PublishResult:
 
 @dataclass
 class _Run:
-    """One publication attempt: its stage records, the secrets to redact, the cached token,
-    what `stage` left out."""
+    """One publication attempt: its stage records, the redactor (the caller's secrets and
+    every token this attempt got), the cached token, what `stage` left out."""
 
     task: Task
     clone: Path
     out: Path
     token_provider: Callable[[], str]
+    redactor: Redactor
     secrets: list[str] = field(default_factory=list)
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     nested: tuple[str, ...] = ()
@@ -146,13 +160,14 @@ class _Run:
             if not token:
                 raise StewardError("the token provider returned no token")
             self.secrets.append(token)
+            self.redactor.add(token)
             self._token = token
         return self._token
 
     def clean(self, value: Any) -> Any:
         """`value` with every string redacted, recursively."""
         if isinstance(value, str):
-            return redact(value, self.secrets)
+            return self.redactor.redact(value)
         if isinstance(value, Mapping):
             return {str(k): self.clean(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
@@ -161,7 +176,7 @@ class _Run:
 
     def write(self, name: str, text: str) -> bytes:
         """Write artifact `name` (redacted) atomically; its bytes."""
-        data = redact(text, self.secrets).encode("utf-8")
+        data = self.redactor.redact(text).encode("utf-8")
         self.out.mkdir(parents=True, exist_ok=True)
         temporary = self.out / f".{name}.tmp"
         temporary.write_bytes(data)
@@ -203,14 +218,23 @@ class Publisher:
         cost_usd: Decimal,
         token_provider: Callable[[], str],
         on_stage: StageHook | None = None,
+        redactor: Redactor | None = None,
     ) -> PublishResult:
         """Run every stage (see the module docstring); the pull request's URL and number and
         the pushed SHA. `checks` items: {"command", "exit_status" (or "exit_code"),
         "duration_s" (or "duration_ms")}. `on_stage(name, record)` is called after each stage
         is recorded (for progress events); an exception from it stops publication there.
-        Raises PublishError for a refusal, GitError / GitHubError for faults; either way
-        publish.json says which stage and why."""
-        run = _Run(task, Path(clone), Path(clone).parent / ARTIFACTS_DIR, token_provider)
+        `redactor`: the caller's (it holds every secret the process holds): what is written
+        or sent is redacted with it and the scan looks for its secrets; the tokens this
+        publication gets are added to it. Raises PublishError for a refusal, GitError /
+        GitHubError for faults; either way publish.json says which stage and why."""
+        run = _Run(
+            task,
+            Path(clone),
+            Path(clone).parent / ARTIFACTS_DIR,
+            token_provider,
+            redactor if redactor is not None else Redactor(),
+        )
         succeeded = False
         try:
             result = self._publish(
@@ -349,25 +373,43 @@ class Publisher:
 
     def _scan(self, run: _Run) -> tuple[str, dict[str, Any]]:
         """Refuse what must never be pushed (see the module docstring): nested repositories,
-        gitlinks, nested bare repositories. Reads the change between the task's base and the
-        index, so a replay whose change is already committed is scanned too."""
+        gitlinks, nested bare repositories, credentials; one refusal names every problem,
+        its reason the first. Reads the change between the task's base and the index, so a
+        replay whose change is already committed is scanned too."""
         base = self._base(run)
-        kept = [c for c in staged_changes(run.clone, base) if c.status != "D"]
+        changes = staged_changes(run.clone, base)
+        kept = [c for c in changes if c.status != "D"]
+        problems: list[tuple[str, str]] = []
         nested = [*run.nested, *(c.path for c in kept if c.new_mode == GITLINK_MODE)]
         nested += _in_git_directories(run.clone, [c.path for c in kept])
         if nested:
-            raise PublishError(
-                f"the change holds a nested git repository at {self._names(run, nested)} (never "
-                "staged or published); nothing was pushed, the work is in diff.patch (redacted)",
-                stage="scan",
-                reason="nested_repository",
+            where = self._names(run, nested)
+            problems.append(
+                ("nested_repository", f"a nested git repository at {where} (never staged or published)")
             )
-        return "ok", {"base": base, "files": len(kept)}
+        blobs = [c for c in kept if c.new_mode in BLOB_MODES]
+        wanted = {c.new for c in blobs} | {c.old for c in blobs if c.status == "M"}
+        size = sum(blob_sizes(run.clone, wanted).values())
+        if size > MAX_SCAN_BYTES:
+            problems.append(
+                ("too_large", f"more than the {MAX_SCAN_BYTES} bytes a credential scan reads ({size})")
+            )
+        elif hits := _credential_files(run.redactor, kept, read_blobs(run.clone, wanted)):
+            problems.append(("credential", f"a credential in {self._names(run, hits)}"))
+        if problems:
+            raise PublishError(
+                "the change holds "
+                + "; ".join(text for _, text in problems)
+                + "; nothing was pushed, the work is in diff.patch (redacted)",
+                stage="scan",
+                reason=problems[0][0],
+            )
+        return "ok", {"base": base, "files": len(kept), "bytes": size}
 
     def _names(self, run: _Run, paths: Sequence[str]) -> str:
         """Up to MAX_NAMED_FILES paths, each redacted (a file's name may be the secret)."""
         unique = sorted(set(paths))
-        shown = ", ".join(redact(path, run.secrets) for path in unique[:MAX_NAMED_FILES])
+        shown = ", ".join(run.redactor.redact(path) for path in unique[:MAX_NAMED_FILES])
         more = len(unique) - MAX_NAMED_FILES
         return shown + (f" and {more} more" if more > 0 else "")
 
@@ -407,7 +449,7 @@ class Publisher:
             "--no-verify",
             "--no-gpg-sign",
             "--file=-",
-            input_text=self._message(run.task),
+            input_text=self._message(run),
             env=self._identity(),
         )
         return "ok", {"sha": self._head(run), "author": f"{self.bot_name} <{self.bot_email}>"}
@@ -487,8 +529,8 @@ class Publisher:
             task.repo,
             head=task.branch,
             base=base,
-            title=_title(task.title),
-            body=redact(pull_request_body(task, summary, checks, cost_usd), run.secrets),
+            title=_title(run.redactor, task.title),
+            body=run.redactor.redact(pull_request_body(task, run.redactor.redact(summary), checks, cost_usd)),
         )
         return "ok", {**_pull_detail(pull), "action": "opened", "base": base}
 
@@ -503,8 +545,9 @@ class Publisher:
         }
 
     @staticmethod
-    def _message(task: Task) -> str:
-        return f"{_title(task.title)}\n\n{TASK_TRAILER}: {task.id}\n"
+    def _message(run: _Run) -> str:
+        """The commit message: the redacted title and the task trailer."""
+        return f"{_title(run.redactor, run.task.title)}\n\n{TASK_TRAILER}: {run.task.id}\n"
 
     def _head(self, run: _Run) -> str:
         return self._git(run, "rev-parse", "--verify", "HEAD^{commit}").strip()
@@ -538,7 +581,7 @@ class Publisher:
                 tree,
                 "-p",
                 remote,
-                input_text=self._message(run.task),
+                input_text=self._message(run),
                 env=self._identity(),
             ).strip()
         self._git(run, "reset", "--soft", rebuilt)
@@ -583,8 +626,9 @@ def _pull_detail(pull: PullRef) -> dict[str, Any]:
     return {"number": pull.number, "url": pull.url, "state": pull.state, "merged": pull.merged}
 
 
-def _title(text: str) -> str:
-    line = " ".join(text.split())
+def _title(redactor: Redactor, text: str) -> str:
+    """One line, redacted, then cut to MAX_TITLE_CHARS (a cut cannot expose part of a token)."""
+    line = redactor.redact(" ".join(text.split()))
     return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1] + "…"
 
 
@@ -603,6 +647,29 @@ def _in_git_directories(clone: Path, paths: Sequence[str]) -> list[str]:
                 found.add(ancestor)
                 break
     return sorted(found)
+
+
+def _credential_files(redactor: Redactor, changes: Sequence[Change], blobs: Mapping[str, bytes]) -> list[str]:
+    """The changed paths whose name, or whose added content, holds a credential. Content is
+    the whole of a new blob and, for a modified file, the lines the old one lacked; bytes are
+    read as latin-1, so every ASCII credential appears as it is stored."""
+    hits = []
+    for change in changes:
+        if redactor.detect(change.path):
+            hits.append(change.path)
+            continue
+        if change.new_mode not in BLOB_MODES:
+            continue
+        new = blobs.get(change.new, b"")
+        old = blobs.get(change.old) if change.status == "M" else None
+        if old is None:
+            added = new.decode("latin-1")
+        else:
+            before = set(old.split(b"\n"))
+            added = "\n".join(line.decode("latin-1") for line in new.split(b"\n") if line not in before)
+        if redactor.detect(added):
+            hits.append(change.path)
+    return hits
 
 
 def _cell(text: str) -> str:
