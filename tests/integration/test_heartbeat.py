@@ -254,14 +254,8 @@ def test_retryable_failure_is_retried_with_the_next_attempt(loop: Loop) -> None:
     assert loop.services.plans.get("alice", "demo").status is PlanStatus.COMPLETED
 
 
-def scheduled_ticks(loop: Loop) -> list[str]:
-    """Tick every user the scheduler would send (the liveness index); return who spawned."""
-    loop.clock.advance(2)
-    live = list(LivenessIndex(loop.services.tables).all_live_users())
-    return [spawned for user in live for spawned in loop.heartbeat.tick(user).spawned]
-
-
-def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(loop: Loop) -> None:
+def one_failed_task(loop: Loop) -> Task:
+    """A confirmed one-item plan whose only task failed for good."""
     confirmed(loop, "A", max_attempts=1)
     tick(loop)
     [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
@@ -270,6 +264,18 @@ def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(lo
         first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
     )
     loop.tasks.project_item(failed, now=loop.clock())
+    return failed
+
+
+def scheduled_ticks(loop: Loop) -> list[str]:
+    """Tick every user the scheduler would send (the liveness index); return who spawned."""
+    loop.clock.advance(2)
+    live = list(LivenessIndex(loop.services.tables).all_live_users())
+    return [spawned for user in live for spawned in loop.heartbeat.tick(user).spawned]
+
+
+def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(loop: Loop) -> None:
+    failed = one_failed_task(loop)
     plans = loop.heartbeat.plans
     real = plans.all_for_user
 
@@ -296,14 +302,7 @@ def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(lo
 def test_a_pull_request_reviving_a_failed_task_during_a_held_lease_still_completes_its_plan(
     loop: Loop,
 ) -> None:
-    confirmed(loop, "A", max_attempts=1)
-    tick(loop)
-    [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
-    assert first is not None
-    failed, _ = loop.tasks.transition(
-        first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
-    )
-    loop.tasks.project_item(failed, now=loop.clock())
+    failed = one_failed_task(loop)
     tasks = loop.heartbeat.tasks
     real = tasks.live_for_user
     revived: list[Task] = []
