@@ -86,6 +86,17 @@ class PullRef:
     merged: bool
 
 
+@dataclass(frozen=True)
+class PullObservation:
+    """What GitHub says of a branch's pull request now. `changed` False: GitHub answered 304
+    to the `etag` we sent (nothing changed, and it cost no rate limit); `pull` is then None
+    and the caller keeps what it knew. `etag` is the one to send next time."""
+
+    changed: bool
+    pull: PullRef | None
+    etag: str | None
+
+
 def split_repo(repo: str) -> tuple[str, str]:
     """("owner", "name") of "owner/name", or BadRequest."""
     if not is_repo_name(repo):
@@ -191,6 +202,33 @@ class RepositoryClient:
             return found[0] if found else None
 
         return self._call(f"list pull requests of {repo} for {branch}", call)
+
+    def observe_pull(
+        self, installation_id: int, repo: str, branch: str, *, etag: str | None = None
+    ) -> PullObservation:
+        """The pull request of `branch` as `find_pull` picks it, asked conditionally: with
+        the `etag` of the previous answer, an unchanged listing is a 304 (resync polls many
+        branches; unchanged answers must not spend the rate limit)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+        if etag:
+            headers["If-None-Match"] = etag
+        params: dict[str, str | int] = {"head": f"{owner}:{branch}", "state": "all", "per_page": 100}
+
+        def call() -> PullObservation:
+            response = self._gh.request("GET", f"/repos/{owner}/{name}/pulls", params=params, headers=headers)
+            tag = response.headers.get("ETag") or etag
+            if response.status_code == 304:
+                return PullObservation(False, None, tag)
+            found = [
+                PullRef(int(p["number"]), str(p["html_url"]), str(p["state"]), p.get("merged_at") is not None)
+                for p in response.json()
+                if isinstance(p, dict)
+            ]
+            found.sort(key=lambda p: (p.state != "open", p.number))
+            return PullObservation(True, found[0] if found else None, tag)
+
+        return self._call(f"observe the pull request of {repo} for {branch}", call)
 
     def open_pull(
         self, installation_id: int, repo: str, *, head: str, base: str, title: str, body: str
