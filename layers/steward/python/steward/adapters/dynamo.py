@@ -66,6 +66,18 @@ class Tables:
                 )
 
 
+class IncludedWriteRefused(Exception):
+    """A write another store included in a transaction failed its own condition (for
+    example a webhook delivery's mark that a concurrent redelivery committed first); the
+    transaction wrote nothing."""
+
+
+def refused_included(error: ClientError, first_included: int) -> bool:
+    """Whether a cancelled transaction failed on one of the parts from `first_included` on."""
+    reasons = cancellation_reasons(error)
+    return any(r.get("Code") == "ConditionalCheckFailed" for r in reasons[first_included:])
+
+
 def error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import (
+    IncludedWriteRefused,
     Tables,
     cancellation_reasons,
     decode_cursor,
@@ -39,6 +40,7 @@ from steward.adapters.dynamo import (
     error_code,
     is_conditional_failure,
     plain,
+    refused_included,
     storable,
 )
 from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen_update
@@ -56,6 +58,7 @@ from steward.domain.tasks import SpawnCharge, SpawnRefused
 from steward.tables import EVENTS, TASKS
 
 TRANSITION_ATTEMPTS = 5
+TRANSITION_PARTS = 2  # the task's update and its event; then the wake, then included parts
 # Concurrent appends to one task each take the next seq or lose and retry; one always wins,
 # so N writers need at most N attempts.
 APPEND_ATTEMPTS = 64
@@ -224,14 +227,18 @@ class TaskStore:
         extra: Mapping[str, Any] | None = None,
         lifecycle_event: bool = True,
         overdue_at: datetime | None = None,
+        include: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[Task, bool]:
-        """Move `task` (as read) to `target`, append its event, wake the owner's loop.
+        """Move `task` (as read) to `target`, append its event, wake the owner's loop, and
+        commit the `include`d parts of other stores in the same transaction (a webhook's
+        delivery mark: its effect and its "processed" record commit together).
 
         Returns (task as stored, changed). Assigning the status a task already has is a
         no-op, so replays and redeliveries are harmless; a transition the lifecycle forbids
         raises LifecycleError. A concurrent change re-reads and decides again. With
         `overdue_at`, the task moves only while its deadline is before that instant (the
-        reaper: a runtime that renewed in between keeps its task)."""
+        reaper: a runtime that renewed in between keeps its task). An included part whose
+        condition fails raises IncludedWriteRefused and nothing is written."""
         current = task
         for _ in range(TRANSITION_ATTEMPTS):
             if current.status is target:
@@ -251,10 +258,13 @@ class TaskStore:
                     extra=extra,
                     lifecycle_event=lifecycle_event,
                     overdue_at=overdue_at,
+                    include=include,
                 ), True
             except ClientError as exc:
                 if error_code(exc) != "TransactionCanceledException":
                     raise
+                if include and refused_included(exc, TRANSITION_PARTS + lifecycle_event):
+                    raise IncludedWriteRefused from None
                 current = self.require(task.id)
         raise Conflict(f"task {task.id} kept changing; retry")
 
@@ -271,6 +281,7 @@ class TaskStore:
         extra: Mapping[str, Any] | None,
         lifecycle_event: bool,
         overdue_at: datetime | None = None,
+        include: Sequence[Mapping[str, Any]] = (),
     ) -> Task:
         """One transaction: the task, its event, and for a lifecycle event the owner's wake.
 
@@ -324,6 +335,7 @@ class TaskStore:
         ]
         if lifecycle_event:
             actions.append({"Update": wake_update(self._tables, task.user)})
+        actions += [dict(part) for part in include]
         self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         merged = task.model_dump()
         merged.update({k: v for k, v in sets.items() if k in Task.model_fields})
