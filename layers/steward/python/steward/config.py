@@ -18,9 +18,10 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from steward.domain.documents import DocumentPolicy
+if TYPE_CHECKING:
+    from steward.domain.documents import DocumentPolicy
 
 Function = Literal["api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint"]
 FUNCTIONS: tuple[Function, ...] = ("api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint")
@@ -397,6 +398,9 @@ class Settings:
 
     @property
     def document_policy(self) -> DocumentPolicy:
+        # Imported here: only the API parses documents, and the parser's import is heavy.
+        from steward.domain.documents import DocumentPolicy  # noqa: PLC0415
+
         return DocumentPolicy(
             max_budget_usd=self.max_budget_usd,
             default_budget_usd=self.default_budget_usd,
