@@ -206,7 +206,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_APP_ID",
         "github_app_id",
-        {"mint"},
+        {"mint", "heartbeat"},
         required=True,
         parse=_optional_int,
         doc="the GitHub App's numeric id",
@@ -214,22 +214,36 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID",
         "github_private_key_secret_id",
-        {"mint"},
+        {"mint", "heartbeat"},
         required=True,
         doc="Secrets Manager secret holding the App's private key (PEM)",
     ),
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY",
         "github_private_key",
-        {"mint"},
+        {"mint", "heartbeat"},
         secret=True,
         doc="the App's private key itself (local stack; in AWS use the secret id)",
     ),
     _setting(
         "STEWARD_GITHUB_API_URL",
         "github_api_url",
-        {"mint"},
+        {"mint", "heartbeat"},
         doc="GitHub's REST API (unset: api.github.com; locally the twin)",
+    ),
+    _setting(
+        "STEWARD_GITHUB_RESYNC_SECONDS",
+        "github_resync_seconds",
+        {"heartbeat"},
+        parse=_positive_int,
+        doc="how old a review task's last look at GitHub may get before the loop looks again",
+    ),
+    _setting(
+        "STEWARD_GITHUB_RESYNC_MAX_CALLS",
+        "github_resync_max_calls",
+        {"heartbeat"},
+        parse=_positive_int,
+        doc="GitHub calls the loop's resync may make per user per tick",
     ),
     _setting(
         "STEWARD_WEBHOOK_SECRET_ID",
@@ -319,6 +333,8 @@ _DEFAULTS: dict[str, str] = {
     "STEWARD_CAPABILITY_LIFETIME": "3600",
     "STEWARD_LAUNCHER": "fargate",
     "STEWARD_RUNNER_CONTAINER": "runner",
+    "STEWARD_GITHUB_RESYNC_SECONDS": "900",
+    "STEWARD_GITHUB_RESYNC_MAX_CALLS": "20",
 }
 
 # What the local launcher hands its runtimes besides their own four variables, as a Fargate
@@ -348,6 +364,8 @@ class Settings:
     github_private_key_secret_id: str | None = None
     github_private_key: str | None = field(default=None, repr=False)
     github_api_url: str | None = None
+    github_resync_seconds: int = 900
+    github_resync_max_calls: int = 20
     webhook_secret_id: str | None = None
     webhook_secret: str | None = field(default=None, repr=False)
     launcher: str = "fargate"

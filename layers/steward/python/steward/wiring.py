@@ -11,10 +11,12 @@ in the same process binds to its own endpoints and settings.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from steward.services.plans import PlanService
     from steward.services.reaper import Reaper
     from steward.services.relay import Relay
+    from steward.services.resync import Resync
     from steward.services.tasks import TaskService
     from steward.services.webhooks import WebhookReceiver
 
@@ -305,7 +308,28 @@ def heartbeat() -> Heartbeat:
         tasks=TaskStore(t),
         tickets=TicketStore(t),
         launcher=launcher(),
+        resync=resync(),
     )
+
+
+@cache
+def resync() -> Resync | None:
+    """The loop's look at GitHub, or None (logged) where no GitHub App is configured."""
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.domain.resync import ResyncPolicy  # noqa: PLC0415
+    from steward.services.resync import Resync  # noqa: PLC0415
+
+    s, t = settings(), tables()
+    if s.github_app_id is None:
+        logging.getLogger(__name__).warning(
+            "STEWARD_GITHUB_APP_ID is not set: pull requests are not resynced"
+        )
+        return None
+    policy = ResyncPolicy(
+        period=timedelta(seconds=s.github_resync_seconds), max_calls=s.github_resync_max_calls
+    )
+    return Resync(TaskStore(t), InstallationStore(t), github=cache(lambda: github_app(s)), policy=policy)
 
 
 @cache
@@ -353,6 +377,7 @@ _BUILDERS: tuple[Callable[..., Any], ...] = (
     scheduler,
     launcher,
     heartbeat,
+    resync,
     reaper,
 )
 

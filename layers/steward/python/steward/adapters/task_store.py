@@ -71,7 +71,7 @@ def task_to_item(task: Task) -> dict[str, Any]:
     # Money stays decimal end to end (DynamoDB numbers), never float.
     data["budget_usd"] = task.budget_usd
     data["cost_usd"] = task.cost_usd
-    for name in ("created_at", "updated_at", "last_seen", "deadline", "launched_at"):
+    for name in ("created_at", "updated_at", "last_seen", "deadline", "launched_at", "github_observed_at"):
         moment = getattr(task, name)
         if moment is not None:
             data[name] = iso(moment)
@@ -425,6 +425,29 @@ class TaskStore:
                     ":running": TaskStatus.RUNNING.value,
                     ":rid": runtime_id,
                 },
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def record_observation(self, task: Task, *, now: datetime, etag: str | None) -> bool:
+        """Note that GitHub was asked about the task's pull request and said nothing new
+        (not a lifecycle event: no durable event, no wake). False when the task moved on
+        since it was read (the next resync reads it again)."""
+        values: dict[str, Any] = {":now": iso(now), ":status": task.status.value}
+        update = "SET github_observed_at = :now"
+        if etag:
+            update += ", github_etag = :etag"
+            values[":etag"] = etag
+        try:
+            self._table.update_item(
+                Key={"task_id": task.id},
+                UpdateExpression=update,
+                ConditionExpression="#s = :status",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if is_conditional_failure(exc):

@@ -183,6 +183,10 @@ class Task(BaseModel):
     launched_at: datetime | None = None
     launch_ref: str | None = None
     max_attempts: int = 3
+    # The loop's last look at the task's pull request on GitHub (resync) and the ETag of
+    # that answer, sent back as If-None-Match so an unchanged pull request costs nothing.
+    github_observed_at: datetime | None = None
+    github_etag: str | None = None
 
     @property
     def terminal(self) -> bool:

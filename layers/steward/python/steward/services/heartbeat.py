@@ -39,6 +39,7 @@ from steward.domain.reconcile import (
 )
 from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.launching import launch_task
+from steward.services.resync import Resync, Sweep
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Heartbeat:
     launcher: Launcher
     clock: Callable[[], datetime] = utcnow
     owner: str = ""
+    resync: Resync | None = None  # None: GitHub is not observed (no App configured)
 
     def __post_init__(self) -> None:
         self.owner = self.owner or f"hb-{uuid.uuid4().hex[:12]}"
@@ -110,9 +112,13 @@ class Heartbeat:
             now,
             Policy(max_parallel=state.settings.max_parallel, spawns_left=state.spawns_left(day)),
         )
-        applier = _Apply(self, state, {p.slug: p for p in plans}, {t.id: t for t in live}, now, day)
+        sweep = self.resync.start() if self.resync is not None else None
+        applier = _Apply(self, state, {p.slug: p for p in plans}, {t.id: t for t in live}, now, day, sweep)
         complete = applier.run(decision.actions)
         due = gates.next_local_midnight(state.settings, now) if decision.blocked_by_cap else None
+        if self.resync is not None and sweep is not None:
+            self.resync.sweep_review(sweep, live, now=now)
+            due = _earliest(due, self.resync.next_due(sweep, live, now=now))
         self.users.finish_tick(
             state,
             now=self.clock(),
@@ -139,6 +145,7 @@ class _Apply:
     live: dict[str, Task]
     now: datetime
     day: str
+    sweep: Sweep | None = None
 
     def __post_init__(self) -> None:
         self.spawned: list[str] = []
@@ -197,6 +204,15 @@ class _Apply:
         item = plan.item(action.item_key)
         if item is None:
             return
+        resync, sweep = self.beat.resync, self.sweep
+        if action.previous_task_id is not None and resync is not None and sweep is not None:
+            # The failed runtime may have opened a pull request before it died: then the
+            # item is that pull request's, and a retry would open a second one.
+            revived = resync.revived(sweep, action.previous_task_id, now=self.now)
+            if revived is None:
+                raise Conflict("GitHub could not be asked about the previous attempt; the retry waits")
+            if revived:
+                return
         task = task_for(plan, item, attempt=action.attempt, now=self.now)
         charge = SpawnCharge(
             day=self.day,
@@ -225,3 +241,8 @@ class _Apply:
                 tasks=self.beat.tasks,
                 now=self.now,
             )
+
+
+def _earliest(*moments: datetime | None) -> datetime | None:
+    given = [m for m in moments if m is not None]
+    return min(given) if given else None
