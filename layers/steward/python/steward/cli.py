@@ -133,6 +133,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         state_file=args.state_file or DEFAULT_STATE_FILE,
         tick_seconds=args.tick_seconds,
         reaper_seconds=args.reaper_seconds,
+        resync_seconds=args.resync_seconds,
     ) as stack:
         print(f"steward local stack is up; state in {stack.state_file}", flush=True)
         for key in ("api_url", "relay_url", "aws_endpoint_url"):
@@ -297,6 +298,11 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     p = local.add_parser("up", help="start the local stack until Ctrl-C")
     p.add_argument("--tick-seconds", type=float, default=2.0, help="scheduler period (default 2)")
     p.add_argument("--reaper-seconds", type=float, default=5.0, help="reaper period (default 5)")
+    p.add_argument(
+        "--resync-seconds",
+        type=int,
+        help="how stale a review task's view of GitHub may get before the loop asks again (default 900)",
+    )
     p.set_defaults(func=cmd_local_up)
     p = local.add_parser(
         "capability", help="create a running task for a user and print its capability (JSON)"

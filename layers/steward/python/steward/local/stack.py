@@ -50,6 +50,9 @@ class LocalStack:
     moto_port: int = 0
     tick_seconds: float = DEFAULT_TICK_SECONDS
     reaper_seconds: float = DEFAULT_REAPER_SECONDS
+    # How stale a review task's view of GitHub may get (STEWARD_GITHUB_RESYNC_SECONDS); None
+    # keeps whatever the environment says (default 900).
+    resync_seconds: int | None = None
     log_dir: Path | None = None
     _moto: MotoServer | None = field(default=None, init=False)
     _api: LambdaHttpServer | None = field(default=None, init=False)
@@ -236,6 +239,9 @@ class LocalStack:
             {
                 "STEWARD_QUEUE_PREFIX": prefix,
                 "STEWARD_TICK_SECONDS": str(max(1, int(self.tick_seconds))),
+                **(
+                    {"STEWARD_GITHUB_RESYNC_SECONDS": str(self.resync_seconds)} if self.resync_seconds else {}
+                ),
                 "STEWARD_LAUNCHER": "local",
                 "STEWARD_API_URL": api_url,
                 "STEWARD_RELAY_URL": relay_url,
