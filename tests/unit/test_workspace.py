@@ -895,3 +895,27 @@ def test_replace_missing_file(lay: Layout) -> None:
         lay.refused("replace_in_file", path="nope.py", old="a", new="b") == "path: 'nope.py' does not exist"
     )
     assert not (lay.clone / "nope.py").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "old", "new"),
+    [
+        (b"def main():\n    return 'needle'\n", "'needle'", "'needle'"),
+        (b"x\n", "x", "x"),
+        (b"a\r\nb\r\n", "a\nb", "a\r\nb"),  # different only in line endings, which the CRLF retry evens out
+    ],
+)
+def test_replace_with_new_equal_to_old_is_an_error_and_leaves_the_file(
+    lay: Layout, content: bytes, old: str, new: str
+) -> None:
+    path = lay.clone / "same.txt"
+    path.write_bytes(content)
+    before = path.stat()
+    message = lay.refused("replace_in_file", path="same.txt", old=old, new=new)
+    assert message.startswith("new: the same text as old, so the replacement would change nothing")
+    assert "'same.txt' is left as it was" in message
+    assert path.read_bytes() == content
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # not even rewritten
+    assert lay.ws.changed_paths() == []
+    assert sorted(os.listdir(lay.clone)) == sorted([".git", ".gitignore", "README.md", "same.txt", "src"])

@@ -159,6 +159,10 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     ),
 }
 
+_SAME_TEXT = (
+    "new: the same text as old, so the replacement would change nothing; {path} is left as it "
+    "was. Give the changed text as new"
+)
 _ECHO_CHARS = 200  # of untrusted input quoted back in an error
 _LINE_CHARS = 500  # of one matching line in search results
 _LISTED_MATCHES = 20  # line numbers named when a replacement is ambiguous
@@ -411,6 +415,8 @@ class Workspace:
         _utf8_size(args.old, "old")
         _utf8_size(args.new, "new")
         target = self._resolve(args.path, "path", follow_final=False)
+        if args.old == args.new:
+            raise ToolError(_SAME_TEXT.format(path=_show(target.shown)))
         fd = self._open_file(target)
         with os.fdopen(fd, "rb") as stream:
             data = stream.read(self.limits.max_write_bytes + 1)
@@ -435,6 +441,8 @@ class Workspace:
             at, count = _find_once(text, crlf_old)
             if count:
                 old, new = crlf_old, new.replace("\r\n", "\n").replace("\n", "\r\n")
+                if old == new:  # they differed only in line endings, which the file's CRLF evens out
+                    raise ToolError(_SAME_TEXT.format(path=_show(target.shown)))
         if count != 1:
             raise ToolError(self._mismatch(target, text, data, old, count))
 
