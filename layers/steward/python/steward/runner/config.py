@@ -29,6 +29,7 @@ _SANDBOX_ENV = {
     "STEWARD_CHECK_CPU_SECONDS": "cpu_seconds",
     "STEWARD_CHECK_MEMORY_BYTES": "memory_bytes",
     "STEWARD_CHECK_MAX_PROCESSES": "max_processes",
+    "STEWARD_CHECK_MAX_WRITE_BYTES": "max_write_bytes",
 }
 
 
