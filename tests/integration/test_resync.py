@@ -13,22 +13,27 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from steward.adapters.delivery_store import DeliveryStore
 from steward.adapters.git import run_git
-from steward.adapters.github import GitHubApp, PullObservation
+from steward.adapters.github import GitHubApp, InstallationRead, PullObservation
 from steward.adapters.installation_store import InstallationStore
 from steward.domain.installations import Installation
 from steward.domain.models import ItemStatus, PlanStatus, Task, TaskStatus, utcnow
 from steward.domain.resync import ResyncPolicy
+from steward.domain.webhooks import WebhookSecret
 from steward.local.github_twin import GitHubTwin
 from steward.services.heartbeat import Outcome
 from steward.services.resync import Resync
+from steward.services.webhooks import WebhookReceiver
 from steward.wiring import Services
 
 from tests.support.documents import document, numbered
+from tests.support.github_payloads import T0, delivery, installation_payload
 from tests.support.loop import Loop, build_loop
 from tests.support.plans import spawn_item
 
 REPO = "octo/demo"
+SECRET = "resync-test-secret"
 PERIOD = timedelta(seconds=60)
 
 
@@ -38,6 +43,10 @@ class CountingGitHub:
 
     app: GitHubApp
     answers: Counter[str] = field(default_factory=Counter)
+
+    def read_installation(self, installation_id: int) -> InstallationRead:
+        self.answers["installation"] += 1
+        return self.app.read_installation(installation_id)
 
     def observe_pull(
         self, installation_id: int, repo: str, branch: str, *, etag: str | None = None
@@ -225,3 +234,41 @@ def test_resync_makes_at_most_its_bound_of_calls_per_tick_and_unchanged_answers_
     tick(loop)  # the next period: nothing changed, so each answer is a 304
     assert github.answers == Counter({"200": 100, "304": 20})
     assert all(t.status is TaskStatus.REVIEW for t in live(loop))
+
+
+def test_deliveries_stamped_alike_that_disagree_are_settled_by_reading_github(
+    loop: Loop, twin: GitHubTwin, installation: int
+) -> None:
+    """A suspend and a report with one `updated_at` disagree; the loop's next working tick
+    reads the installation from GitHub's API (which says: live) and stores that."""
+    receiver = WebhookReceiver(
+        secret=WebhookSecret(SECRET),
+        deliveries=DeliveryStore(loop.services.tables),
+        tasks=loop.tasks,
+        installations=InstallationStore(loop.services.tables),
+    )
+    stamp = T0 + timedelta(days=1)
+    for action, suspended in (("suspend", True), ("new_permissions_accepted", False)):
+        item = delivery(
+            "installation",
+            installation_payload(action, installation_id=installation, at=stamp, suspended=suspended),
+            secret=SECRET,
+        )
+        assert receiver.receive(item.body, item.headers).status in ("applied", "unchanged")
+    stored = InstallationStore(loop.services.tables).get(installation)
+    assert stored is not None
+    assert (stored.suspended, stored.needs_refresh) == (True, True)  # the conservative guess, disputed
+    confirmed(loop, "Change module 1")  # any working tick of the owner's loop
+    tick(loop)
+    refreshed = InstallationStore(loop.services.tables).get(installation)
+    assert refreshed is not None
+    assert (refreshed.suspended, refreshed.needs_refresh, refreshed.repositories) == (False, False, (REPO,))
+    assert refreshed.owner_sub == "alice"
+    # a redelivery of either disputed delivery changes nothing now
+    again = delivery(
+        "installation",
+        installation_payload("suspend", installation_id=installation, at=stamp, suspended=True),
+        secret=SECRET,
+    )
+    receiver.receive(again.body, again.headers)
+    assert InstallationStore(loop.services.tables).get(installation) == refreshed

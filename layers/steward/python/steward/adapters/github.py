@@ -97,6 +97,18 @@ class PullObservation:
     etag: str | None
 
 
+@dataclass(frozen=True)
+class InstallationRead:
+    """An installation as GitHub's API shows it now. `repositories` is None when it cannot
+    be listed (a suspended installation grants no token to list them with)."""
+
+    installation_id: int
+    account: str | None
+    suspended: bool
+    updated_at: datetime
+    repositories: tuple[str, ...] | None
+
+
 def split_repo(repo: str) -> tuple[str, str]:
     """("owner", "name") of "owner/name", or BadRequest."""
     if not is_repo_name(repo):
@@ -381,6 +393,52 @@ class GitHubApp(RepositoryClient):
 
     def _fresh_token(self, installation_id: int, repo: str) -> InstallationToken:
         return self.installation_token(installation_id, repo)
+
+    def read_installation(self, installation_id: int) -> InstallationRead:
+        """The installation's account, suspension and repositories as GitHub has them now
+        (to settle deliveries that disagree; the listing uses a token that can only read
+        metadata, so it grants nothing else)."""
+        operation = f"read installation {installation_id}"
+
+        def installation() -> Any:
+            return self._gh.request("GET", f"/app/installations/{installation_id}").json()
+
+        body = self._call(operation, installation)
+        account = body.get("account") or {}
+        handle = account.get("login") or account.get("slug") or account.get("name")
+        suspended = body.get("suspended_at") is not None
+        repositories: tuple[str, ...] | None = None
+        if not suspended:
+
+            def listing() -> tuple[str, ...]:
+                token = self._gh.rest.apps.create_installation_access_token(
+                    installation_id, permissions={"metadata": "read"}
+                ).parsed_data.token
+                names: list[str] = []
+                page = 1
+                while True:
+                    answer = self._gh.request(
+                        "GET",
+                        "/installation/repositories",
+                        params={"per_page": 100, "page": page},
+                        headers={"Authorization": f"token {token}"},
+                    ).json()
+                    batch = [
+                        str(r["full_name"]) for r in answer.get("repositories", []) if isinstance(r, dict)
+                    ]
+                    names += batch
+                    if len(batch) < 100:
+                        return tuple(sorted(names, key=str.lower))
+                    page += 1
+
+            repositories = self._call(f"list the repositories of installation {installation_id}", listing)
+        return InstallationRead(
+            installation_id,
+            str(handle) if handle else None,
+            suspended,
+            _parse_time(str(body.get("updated_at") or "1970-01-01T00:00:00Z")),
+            repositories,
+        )
 
 
 class InstallationClient(RepositoryClient):

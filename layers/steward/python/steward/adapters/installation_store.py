@@ -26,6 +26,7 @@ from steward.tables import INSTALLATIONS
 
 def _to_installation(item: dict[str, Any]) -> Installation:
     data = plain(item)
+    data["needs_refresh"] = bool((data.get("github_sync") or {}).get("needs_refresh"))
     return Installation(**{k: data[k] for k in Installation.model_fields if k in data})
 
 

@@ -117,7 +117,7 @@ class Heartbeat:
         complete = applier.run(decision.actions)
         due = gates.next_local_midnight(state.settings, now) if decision.blocked_by_cap else None
         if self.resync is not None and sweep is not None:
-            self.resync.sweep_review(sweep, live, now=now)
+            self.resync.sweep_review(sweep, state.user, live, now=now)
             due = _earliest(due, self.resync.next_due(sweep, live, now=now))
         self.users.finish_tick(
             state,

@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from steward.adapters.github import GitHubError, PullObservation
+from steward.adapters.github import GitHubError, InstallationRead, PullObservation
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain import resync
 from steward.domain.errors import LifecycleError
+from steward.domain.installations import Installation
 from steward.domain.models import Task, TaskStatus, iso
-from steward.domain.webhooks import target_status
+from steward.domain.webhooks import refresh_change, sync_from_map, target_status
+from steward.services.installations import sync_installation
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ class PullObserver(Protocol):
         self, installation_id: int, repo: str, branch: str, *, etag: str | None = None
     ) -> PullObservation: ...
 
+    def read_installation(self, installation_id: int) -> InstallationRead: ...
+
 
 @dataclass
 class Sweep:
@@ -48,6 +52,7 @@ class Sweep:
     budget: int
     calls: int = 0
     moved: list[str] = field(default_factory=list)
+    owned: list[Installation] | None = None  # the user's installations, read once per tick
     holders: dict[str, list[int]] = field(default_factory=dict)  # repo -> installation ids
     failed_at: datetime | None = None  # GitHub refused or failed: no more calls this tick
 
@@ -80,8 +85,10 @@ class Resync:
             return False
         return self._assign(sweep, task, observation, now=now)
 
-    def sweep_review(self, sweep: Sweep, live: list[Task], *, now: datetime) -> None:
-        """Observe the review tasks that fall due, oldest observation first, within budget."""
+    def sweep_review(self, sweep: Sweep, user: str, live: list[Task], *, now: datetime) -> None:
+        """Re-read installations whose deliveries disagreed, then observe the review tasks
+        that fall due, oldest observation first, within budget."""
+        self._refresh_disputed(sweep, user, now=now)
         for task in resync.due(live, now, self.policy, budget=sweep.budget - sweep.calls):
             if not sweep.open:
                 return
@@ -109,10 +116,9 @@ class Resync:
     ) -> PullObservation | None:
         if not sweep.open:
             return None
-        if task.repo not in sweep.holders:  # one read of the user's installations per tick
-            owned = self.installations.for_owner(task.user)
-            for repo in {t for i in owned for t in i.repositories} | {task.repo}:
-                sweep.holders[repo] = sorted(i.installation_id for i in owned if i.holds(repo))
+        if task.repo not in sweep.holders:
+            owned = self._owned(sweep, task.user)
+            sweep.holders[task.repo] = sorted(i.installation_id for i in owned if i.holds(task.repo))
         holders = sweep.holders[task.repo]
         if not holders:  # suspended or gone: nothing to ask; the installation's events tell
             return PullObservation(False, None, etag)
@@ -125,6 +131,37 @@ class Resync:
             )
             sweep.failed_at = now
             return None
+
+    def _owned(self, sweep: Sweep, user: str) -> list[Installation]:
+        if sweep.owned is None:  # one read of the user's installations per tick
+            sweep.owned = self.installations.for_owner(user)
+        return sweep.owned
+
+    def _refresh_disputed(self, sweep: Sweep, user: str, *, now: datetime) -> None:
+        """Deliveries stamped alike disagreed about an installation: ask GitHub's API rather
+        than guess (`steward.domain.webhooks.refresh_change`)."""
+        for installation in self._owned(sweep, user):
+            if not installation.needs_refresh or not sweep.open:
+                continue
+            sweep.calls += 1
+            try:
+                read = self.github().read_installation(installation.installation_id)
+            except GitHubError as exc:
+                logger.warning("installation refresh stopped for this tick: %s", exc.message)
+                sweep.failed_at = now
+                return
+            _, raw, _ = self.installations.get_synced(installation.installation_id)
+            change = refresh_change(
+                sync_from_map(raw, installation),
+                installation_id=read.installation_id,
+                updated_at=read.updated_at,
+                account=read.account,
+                suspended=read.suspended,
+                repositories=read.repositories,
+            )
+            sync_installation(self.installations, change, now=now)
+            sweep.holders.clear()  # what the installations hold may have changed
+            sweep.owned = None
 
     def _assign(self, sweep: Sweep, task: Task, observation: PullObservation, *, now: datetime) -> bool:
         pull = observation.pull

@@ -50,8 +50,7 @@ from steward.adapters.delivery_store import DeliveryStore
 from steward.adapters.dynamo import IncludedWriteRefused
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
-from steward.domain.errors import BadRequest, Conflict, LifecycleError, Unauthorized
-from steward.domain.installations import Installation
+from steward.domain.errors import BadRequest, LifecycleError, Unauthorized
 from steward.domain.models import utcnow
 from steward.domain.webhooks import (
     HANDLED,
@@ -66,17 +65,13 @@ from steward.domain.webhooks import (
     header,
     installation_change,
     load_payload,
-    merge,
     pull_request_facts,
     signature_matches,
-    sync_from_map,
-    sync_to_map,
 )
+from steward.services.installations import sync_installation
 
 # The handler and the local stack import the secret and the outcome from here with the service.
 logger = logging.getLogger(__name__)
-
-SYNC_ATTEMPTS = 8
 
 
 class WebhookReceiver:
@@ -211,30 +206,4 @@ class WebhookReceiver:
     def _installation(
         self, change: InstallationChange, now: datetime, mark: Mapping[str, Any]
     ) -> WebhookOutcome:
-        for _ in range(SYNC_ATTEMPTS):
-            stored, raw, version = self.installations.get_synced(change.installation_id)
-            state = sync_from_map(raw, stored)
-            merged = merge(state, change)
-            owner = stored.owner_sub if stored else None
-            view = merged.view(change.installation_id, owner)
-            visible = stored is None or not _same(view, stored)
-            if raw and merged == state and not visible:
-                return WebhookOutcome("unchanged", "already known")
-            if self.installations.put_synced(
-                view, sync=sync_to_map(merged), version=version, now=now, include=[mark]
-            ):
-                if merged.needs_refresh and merged.disputes() != state.disputes():
-                    logger.warning(
-                        "installation deliveries stamped alike disagree (%s): kept %s until it is "
-                        "re-read from GitHub",
-                        ", ".join(merged.disputes()),
-                        "suspended" if view.suspended else "not suspended",
-                        extra={"installation_id": change.installation_id},
-                    )
-                # the merge state may have advanced without the visible installation changing
-                return WebhookOutcome("applied" if visible else "unchanged")
-        raise Conflict(f"installation {change.installation_id} kept changing; retry")
-
-
-def _same(a: Installation, b: Installation) -> bool:
-    return (a.account, a.repositories, a.suspended) == (b.account, tuple(b.repositories), b.suspended)
+        return WebhookOutcome(sync_installation(self.installations, change, now=now, include=[mark]))
