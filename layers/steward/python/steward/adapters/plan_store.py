@@ -43,7 +43,8 @@ def item_link_update(
     """The plan part of spawning `task`: link it to its item and mark the item running and
     the plan in progress, on the condition that the plan still approves its current content
     with the item at this revision and not removed, and that the item is linked to
-    `previous_task_id` (None: no task yet and still pending)."""
+    `previous_task_id` (None: no task yet and still pending). The item's `supersedes` goes:
+    the loop fenced that task before this spawn (`steward.services.heartbeat`)."""
     names = {"#s": "status", "#v": "version", "#k": task.item_key, "#items": "items"}
     values: dict[str, Any] = {
         ":tid": task.id,
@@ -67,7 +68,7 @@ def item_link_update(
         "Key": {"user": task.user, "slug": task.plan_slug},
         "UpdateExpression": "SET #items.#k.task_id = :tid, #items.#k.#s = :running, "
         "#items.#k.attempt = :attempt, #s = :in_progress, updated_at = :now ADD #v :one "
-        "REMOVE #items.#k.retry_requested, #items.#k.last_classification",
+        "REMOVE #items.#k.retry_requested, #items.#k.last_classification, #items.#k.supersedes",
         "ConditionExpression": "#s IN (:confirmed, :in_progress) AND approved_hash = content_hash"
         " AND #items.#k.revision = :rev AND #items.#k.removed = :false AND " + link_condition,
         "ExpressionAttributeNames": names,

@@ -66,7 +66,12 @@ TERMINAL_TASK_STATUSES = frozenset(
 
 class PlanItem(BaseModel):
     """One top-level checkbox. `key` is stable across moves; `revision` grows when its text
-    changes after work started, so the new text is new work and the old task stays history."""
+    changes after work started, so the new text is new work and the old task stays history.
+
+    `supersedes` is the task of the revision this one replaced, kept until this revision's
+    first task spawns: confirming the new revision cancels that task while it is queued or
+    running, and the loop's spawn of the new revision stops its runtime first (DESIGN
+    section 3)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -83,6 +88,7 @@ class PlanItem(BaseModel):
     attempt: int = 0  # attempt number of `task_id`
     last_classification: str | None = None  # of `task_id`, once it failed
     retry_requested: bool = False  # a person asked for another attempt (POST .../retry)
+    supersedes: str | None = None  # task id of the replaced revision, until this one spawns
 
     @property
     def shown_status(self) -> ItemStatus:

@@ -3,7 +3,9 @@
 Identity rules (DESIGN section 3): an item keeps its key (and with it status and task id)
 when its text is unchanged, wherever it moved; an item whose text changed in place keeps
 its key and, if work had started on it, becomes a new revision (pending, no task: the old
-task stays as history); a deleted checkbox is marked removed and keeps its task link.
+task stays as history, named by `supersedes` until the new revision spawns, so confirming
+the new revision can cancel it); a deleted checkbox is marked removed and keeps its task
+link.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def _carry(old: PlanItem | None, edited: bool, fields: dict[str, object]) -> Pla
     if old is None:
         return PlanItem(**fields)  # type: ignore[arg-type]
     if edited and old.task_id is not None:
-        # Work started on the old text: the new text is new work, the old task is history.
+        # Work started on the old text: the new text is new work, the old task is history,
+        # superseded once the new revision is confirmed.
         return old.model_copy(
             update={
                 **fields,
@@ -100,6 +103,7 @@ def _carry(old: PlanItem | None, edited: bool, fields: dict[str, object]) -> Pla
                 "attempt": 0,
                 "last_classification": None,
                 "retry_requested": False,
+                "supersedes": old.task_id,
             }
         )
     return old.model_copy(update=fields)
