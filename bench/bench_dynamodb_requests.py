@@ -1,7 +1,8 @@
 """DynamoDB requests per control-plane operation, counted with a botocore hook.
 
 Runs against moto in-process (request counts do not depend on the backend). Aims (issue
-"control plane core"): publish <= 3 requests whatever the item count, confirm <= 2, spawn 1.
+"control plane core"): publish <= 3 requests whatever the item count, confirm <= 2, spawn 1;
+confirming an edit of an item whose task is live adds 2 per such task (read it, cancel it).
 
     .venv/bin/python bench/bench_dynamodb_requests.py
 """
@@ -54,6 +55,12 @@ def measure(services: Services, count: int, detail_bytes: int) -> dict[str, int]
     with count_requests(services.tables) as c:
         services.tasks.tasks.spawn(task, previous_task_id=None, now=utcnow())
     rows["spawn replayed"] = sum(c.values())
+    first = task_for(plan, plan.active_items[0], attempt=1, now=utcnow())
+    services.tasks.tasks.spawn(first, previous_task_id=None, now=utcnow())
+    services.plans.publish("alice", slug, markdown.replace("Item 1:", "Item uno:"))
+    with count_requests(services.tables) as c:
+        services.plans.confirm("alice", slug)
+    rows["confirm superseding one task"] = sum(c.values())
     return rows
 
 

@@ -179,6 +179,17 @@ def test_a_task_that_is_not_running_is_409(kit: Kit) -> None:
     assert caught.value.status == 409
 
 
+def test_a_superseded_task_gets_no_token(kit: Kit) -> None:
+    task = kit.task()
+    kit.link()
+    assert kit.tokens.issue(f"Bearer {kit.capability(task)}")["token"]
+    kit.services.plans.publish("alice", "demo", document("Change the thing, differently", repo=REPO))
+    kit.services.plans.confirm("alice", "demo")
+    with pytest.raises(LifecycleError, match="cancelled") as refused:
+        kit.tokens.issue(f"Bearer {kit.capability(task)}")
+    assert refused.value.status == 409
+
+
 @pytest.mark.parametrize("case", ["none", "suspended", "without the repo", "another user's"])
 def test_no_live_installation_holding_the_repo_is_403(kit: Kit, case: str) -> None:
     task = kit.task()

@@ -375,6 +375,35 @@ def test_a_task_cancelled_after_the_push_gets_no_pull_request(kit: Kit) -> None:
     assert kit.pull_numbers() == []
 
 
+def test_a_superseded_task_opens_no_second_pull_request(kit: Kit) -> None:
+    clone = kit.worked_clone("old")
+    # the person edits the item while its task runs, and confirms the new revision
+    kit.services.plans.publish("alice", "demo", document("Greet the world very politely", repo=REPO))
+    plan = kit.services.plans.confirm("alice", "demo")
+    with pytest.raises(PublishError) as caught:
+        kit.publish(clone)
+    assert (caught.value.stage, caught.value.reason) == ("recheck_push", "cancelled")
+    assert kit.branch() is None
+    # the new revision's task publishes the one pull request of the checkbox
+    spawned, created = spawn_item(kit.services, plan, 1)
+    assert created
+    assert spawned.revision == 2
+    now = utcnow()
+    new = kit.services.tasks.tasks.claim(spawned, runtime_id="r2", now=now, deadline=now + timedelta(hours=1))
+    kit.publisher().publish(
+        new,
+        kit.worked_clone("new"),
+        installation_id=kit.installation,
+        summary="Made the greeting very polite.",
+        checks=CHECKS,
+        cost_usd=Decimal("0.01"),
+        token_provider=kit.tokens,
+    )
+    assert len(kit.pull_numbers()) == 1
+    [pull] = kit.twin.pulls(REPO)
+    assert pull["head"]["ref"] == new.branch
+
+
 def push_foreign(kit: Kit, *, email: str, message: str) -> str:
     """Someone else's commit pushed as the task's branch (on top of main)."""
     other = kit.clone("other")

@@ -32,6 +32,7 @@ from steward.local.http_adapter import LambdaHttpServer
 from steward.services.reaper import Reaper
 from steward.wiring import Services
 
+from tests.support.documents import document
 from tests.support.relay import RelayKit, ask, build_relay
 
 
@@ -186,6 +187,24 @@ def test_a_cancelled_task_refuses_its_capability(kit: RelayKit) -> None:
     )
     with pytest.raises(LifecycleError):
         kit.call(task, token=token)
+    assert kit.spent(task) == (Decimal(0), Decimal(0))
+
+
+def test_a_superseded_task_refuses_its_capability(kit: RelayKit) -> None:
+    task = kit.running_task(slug="edited")
+    token = kit.capability(task)
+    # the person edits the item and confirms the new revision
+    markdown = document("Use the model, differently").replace(
+        "checks:", 'model: scripted\nbudget_usd: "1.00"\nchecks:'
+    )
+    kit.services.plans.publish("alice", "edited", markdown)
+    kit.services.plans.confirm("alice", "edited")
+    with pytest.raises(LifecycleError) as refused:
+        kit.call(task, token=token)
+    assert refused.value.status == 409
+    stored = kit.services.tasks.tasks.get(task.id)
+    assert stored is not None
+    assert (stored.status, stored.reason) == (TaskStatus.CANCELLED, "superseded")
     assert kit.spent(task) == (Decimal(0), Decimal(0))
 
 

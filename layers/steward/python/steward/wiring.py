@@ -98,11 +98,12 @@ class Services:
         from steward.services.plans import PlanService  # noqa: PLC0415
         from steward.services.tasks import TaskService  # noqa: PLC0415
 
+        tasks = TaskStore(tables)
         return cls(
             settings=settings,
             tables=tables,
-            plans=PlanService(PlanStore(tables), settings.document_policy),
-            tasks=TaskService(TaskStore(tables), EventStore(tables), artifacts),
+            plans=PlanService(PlanStore(tables), settings.document_policy, tasks=tasks),
+            tasks=TaskService(tasks, EventStore(tables), artifacts),
             users=UserStore(tables),
             installations=InstallationStore(tables),
         )

@@ -6,6 +6,13 @@ lease (conditional, with a fencing epoch), a fresh reload of plans and live task
 `reconcile`, and `apply`. The lease epoch fences the only non-idempotent write (spawn,
 which also charges the daily cap); every other action is a conditional write that is
 harmless when late or repeated.
+
+Cancelling stops the runtime through the launcher (the one that started it). A spawn of a
+new revision first fences the task it supersedes (`Spawn.supersedes`, recorded on the plan
+item by publish and removed by the spawn itself): that task is cancelled if it is still
+queued or running (the confirm's own cancel was lost), and a cancelled one has its runtime
+stopped, so a runtime cancelled by the confirm in the API, which has no launcher, is
+stopped before its successor starts. A task that reached review is left alone.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from steward.domain.launch import Launcher
 from steward.domain.loop import LoopState
 from steward.domain.models import Plan, Task, TaskStatus, utcnow
 from steward.domain.reconcile import (
+    SUPERSEDED,
     Action,
     Cancel,
     CompletePlan,
@@ -150,6 +158,7 @@ class _Apply:
     def __post_init__(self) -> None:
         self.spawned: list[str] = []
         self.spawn_blocked = False
+        self.stopped: set[str] = set()  # tasks whose runtime this tick stopped
 
     def run(self, actions: tuple[Action, ...]) -> bool:
         complete = True
@@ -177,17 +186,11 @@ class _Apply:
                 now=self.now,
             )
         elif isinstance(action, Cancel):
-            task = self.live[action.task_id]
-            cancelled, _ = beat.tasks.transition(
-                task,
-                TaskStatus.CANCELLED,
-                now=self.now,
-                event="cancelled",
-                classification="final",
-                reason=action.reason,
-            )
-            beat.launcher.stop(cancelled, cancelled.launch_ref)
-            beat.tasks.project_item(cancelled, now=self.now)
+            cancelled = self._cancel(self.live[action.task_id], action.reason)
+            plan = self.plans.get(cancelled.plan_slug)
+            item = plan.item(cancelled.item_key) if plan else None
+            if item is None or item.task_id == cancelled.id:  # a superseded item has moved on
+                beat.tasks.project_item(cancelled, now=self.now)
         elif isinstance(action, MarkInProgress):
             beat.plans.mark_in_progress(self.state.user, action.plan_slug, now=self.now)
         elif isinstance(action, CompletePlan):
@@ -197,6 +200,28 @@ class _Apply:
             if found is not None:
                 beat.tasks.project_item(found, now=self.now)
 
+    def _cancel(self, task: Task, reason: str) -> Task:
+        """Cancel `task` (a no-op if it already is) and stop its runtime."""
+        cancelled, _ = self.beat.tasks.transition(
+            task, TaskStatus.CANCELLED, now=self.now, event="cancelled", classification="final", reason=reason
+        )
+        self.beat.launcher.stop(cancelled, cancelled.launch_ref)
+        self.stopped.add(cancelled.id)
+        return cancelled
+
+    def _fence(self, task_id: str) -> None:
+        """Before a new revision spawns: the task it supersedes is cancelled if still queued
+        or running, and a cancelled one has its runtime stopped. One that reached review
+        keeps its pull request; raises LifecycleError if it got there just now (the spawn
+        waits for the next tick, which sees it in review)."""
+        if task_id in self.stopped:
+            return
+        old = self.beat.tasks.get(task_id)
+        if old is None:
+            return
+        if old.status in (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.CANCELLED):
+            self._cancel(old, SUPERSEDED)
+
     def _spawn(self, action: Spawn) -> None:
         if self.spawn_blocked:
             raise Conflict("an earlier spawn of this tick was refused by the loop state")
@@ -204,6 +229,8 @@ class _Apply:
         item = plan.item(action.item_key)
         if item is None:
             return
+        if action.supersedes is not None:
+            self._fence(action.supersedes)
         resync, sweep = self.beat.resync, self.sweep
         if action.previous_task_id is not None and resync is not None and sweep is not None:
             # The failed runtime may have opened a pull request before it died: then the
