@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from steward.domain.documents import DocumentPolicy
 
-Function = Literal["api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint"]
-FUNCTIONS: tuple[Function, ...] = ("api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint")
+Function = Literal["api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "runtime"]
+FUNCTIONS: tuple[Function, ...] = ("api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "runtime")
 ALL: frozenset[Function] = frozenset(FUNCTIONS)
 LAUNCHING: frozenset[Function] = frozenset({"heartbeat", "reaper"})
 
@@ -165,7 +165,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_CAPABILITY_KEY_ID",
         "capability_key_ids",
-        {"relay", "mint"},
+        {"relay", "runtime"},
         required=True,
         parse=_csv,
         doc="KMS key id(s) of capabilities, comma-separated: the first signs, all verify (rotation)",
@@ -173,14 +173,14 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_CAPABILITY_LIFETIME",
         "capability_lifetime",
-        {"mint"},
+        {"runtime"},
         parse=_lifetime,
         doc="capability lifetime in seconds (at most 7200)",
     ),
     _setting(
         "STEWARD_PRICE_TABLE",
         "price_table",
-        {"relay", "mint"},
+        {"relay", "runtime"},
         doc="path of a JSON price table extending the packaged one",
     ),
     _setting(
@@ -205,7 +205,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_APP_ID",
         "github_app_id",
-        {"mint"},
+        {"runtime"},
         required=True,
         parse=_optional_int,
         doc="the GitHub App's numeric id",
@@ -213,21 +213,21 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID",
         "github_private_key_secret_id",
-        {"mint"},
+        {"runtime"},
         required=True,
         doc="Secrets Manager secret holding the App's private key (PEM)",
     ),
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY",
         "github_private_key",
-        {"mint"},
+        {"runtime"},
         secret=True,
         doc="the App's private key itself (local stack; in AWS use the secret id)",
     ),
     _setting(
         "STEWARD_GITHUB_API_URL",
         "github_api_url",
-        {"mint"},
+        {"runtime"},
         doc="GitHub's REST API (unset: api.github.com; locally the twin)",
     ),
     _setting(

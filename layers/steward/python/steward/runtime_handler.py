@@ -4,7 +4,7 @@ scoped to its task's repository (DESIGN sections 5, 6).
 
 Both routes are outside the user authorizer: the ticket, or the capability, is the credential,
 so no JWT claims are read. Neither the ticket, the capability, the token nor the request
-body is ever logged. Settings: `steward.config` (functions tagged `mint`).
+body is ever logged. Settings: `steward.config` (functions tagged `runtime`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from steward.api.http import check_body_size, install_error_handlers, json_respo
 from steward.api.requests import parse_body
 from steward.observability import logger_for, tracer_for
 
-logger = logger_for("mint")
-tracer = tracer_for("mint")
+logger = logger_for("runtime")
+tracer = tracer_for("runtime")
 app = APIGatewayHttpResolver()
 install_error_handlers(app, logger)
 
