@@ -127,7 +127,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_ARTIFACTS_BUCKET",
         "artifacts_bucket",
-        {"api"},
+        {"api", "runtime"},
         required=True,
         parse=_text,
         doc="S3 bucket of the runs' artifacts",

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from steward.services.plans import PlanService
     from steward.services.reaper import Reaper
     from steward.services.relay import Relay
+    from steward.services.runtime import RuntimeService
     from steward.services.tasks import TaskService
     from steward.services.webhooks import WebhookReceiver
 
@@ -154,7 +155,7 @@ def relay() -> Relay:
     )
 
 
-# ---- runtime routes (ticket exchange, GitHub tokens)
+# ---- runtime routes (ticket exchange, GitHub tokens, claim, heartbeat, events, finish, uploads)
 
 
 @cache
@@ -174,6 +175,15 @@ def minter() -> Minter:
         prices=price_table().entry,
         lifetime_seconds=s.capability_lifetime,
     )
+
+
+@cache
+def runtime_service() -> RuntimeService:
+    from steward.adapters.artifact_store import ArtifactStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.runtime import RuntimeService  # noqa: PLC0415
+
+    return RuntimeService(TaskStore(tables()), ArtifactStore(settings().artifacts_bucket))
 
 
 def github_app(s: Settings) -> GitHubApp:
@@ -348,6 +358,7 @@ _BUILDERS: tuple[Callable[..., Any], ...] = (
     api_services,
     relay,
     minter,
+    runtime_service,
     github_tokens,
     webhook_receiver,
     scheduler,
