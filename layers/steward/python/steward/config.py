@@ -321,9 +321,17 @@ _DEFAULTS: dict[str, str] = {
 }
 
 # What the local launcher hands its runtimes besides their own four variables, as a Fargate
-# task definition would carry them (DESIGN section 6).
+# task definition would carry them (DESIGN section 6): the runner's bounds, never a setting
+# of the control plane (STEWARD_RUNNER_SUBNETS and the like are the launcher's own).
 RUNTIME_PASSED = ("STEWARD_STREAM_URL", "STEWARD_SANDBOX_UID", "STEWARD_WORK_DIR", "STEWARD_KEEP_WORK")
 RUNTIME_PASSED_PREFIXES = ("STEWARD_RUNNER_", "STEWARD_CHECK_")
+
+
+def is_runtime_setting(name: str) -> bool:
+    """A variable the deployment hands every runtime (a runner bound), as opposed to one of
+    the control plane's settings or anything else."""
+    passed = name in RUNTIME_PASSED or name.startswith(RUNTIME_PASSED_PREFIXES)
+    return passed and name not in {s.env for s in SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -359,7 +367,6 @@ class Settings:
     relay_url: str = ""
     runtime_log_dir: str | None = None
     region: str | None = None
-    aws_endpoint_url: str | None = None  # set only locally (the moto server)
     runtime_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
@@ -371,16 +378,10 @@ class Settings:
             raw = env.get(setting.env, "").strip() or _DEFAULTS.get(setting.env, "")
             values[setting.attr] = _PARSERS[setting.attr](setting.env, raw)
         # The runtime's bounds pass through unparsed: the runtime validates its own settings.
-        control_plane = {s.env for s in SETTINGS}
-        passed = sorted(
-            (k, v)
-            for k, v in env.items()
-            if (k in RUNTIME_PASSED or k.startswith(RUNTIME_PASSED_PREFIXES)) and k not in control_plane
-        )
+        passed = sorted((k, v) for k, v in env.items() if is_runtime_setting(k))
         settings = cls(
             **values,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-            aws_endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             runtime_env=tuple(passed),
         )
         if settings.default_budget_usd > settings.max_budget_usd:

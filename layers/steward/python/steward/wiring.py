@@ -275,17 +275,14 @@ def launcher() -> Launcher:
     from steward.domain.launch import RuntimeEndpoints  # noqa: PLC0415
 
     s = settings()
-    endpoints = RuntimeEndpoints(
-        api_url=s.api_url, relay_url=s.relay_url, aws_endpoint_url=s.aws_endpoint_url
-    )
+    endpoints = RuntimeEndpoints(api_url=s.api_url, relay_url=s.relay_url)
     if s.launcher == "local":
         from steward.local.launcher import LocalLauncher  # noqa: PLC0415 - never loaded on Lambda
 
-        # The deployment's fixed settings, as a Fargate task definition would carry them.
-        passed = dict(s.runtime_env)
-        passed |= {"STEWARD_TABLE_PREFIX": s.table_prefix, "STEWARD_ARTIFACTS_BUCKET": s.artifacts_bucket}
+        # The deployment's runner bounds, as a Fargate task definition would carry them; no
+        # table, bucket or AWS variable (the runtime writes only through the runtime routes).
         log_dir = Path(s.runtime_log_dir) if s.runtime_log_dir else None
-        return LocalLauncher(endpoints, extra_env=passed, log_dir=log_dir)
+        return LocalLauncher(endpoints, extra_env=dict(s.runtime_env), log_dir=log_dir)
     from steward.adapters import aws  # noqa: PLC0415
     from steward.adapters.fargate_launcher import FargateLauncher  # noqa: PLC0415
 
