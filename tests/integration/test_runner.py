@@ -264,6 +264,11 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
     assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
     assert "passed" in (artifacts.read_text(task_id, SCREEN_NAME) or "")
     assert_no_credentials(artifacts, task_id)
+    # The artifacts went up by presigned PUTs, whose URLs (credentials) the runtime never logs.
+    log = (stack.state_dir / "runs" / f"{task_id}.log").read_text()
+    assert "/v1/runtime/artifacts/harness.json" in log
+    assert "X-Amz-Signature" not in log
+    assert not CREDENTIAL.search(log)
 
 
 def test_command_output_is_live_for_the_owner_and_never_durable(stack: LocalStack, alice: Alice) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from steward import runtime_handler, wiring
 from steward.adapters.artifact_store import SCREEN_NAME
@@ -24,7 +25,7 @@ from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
 from steward.local.http_adapter import LambdaHttpServer
 from steward.runner.config import RunnerConfig
-from steward.runner.main import RedactingFilter
+from steward.runner.main import QuerylessUrls, RedactingFilter
 from steward.runner.run import Run
 from steward.wiring import Services
 
@@ -172,6 +173,31 @@ def test_runtime_log_lines_and_tracebacks_are_redacted() -> None:
     assert "capability-value" not in written
     assert "sending [REDACTED]" in written
     assert "RuntimeError: failed with [REDACTED]" in written
+
+
+def test_presigned_urls_are_logged_without_their_query() -> None:
+    logger = logging.getLogger("httpx")
+    handler = logging.StreamHandler(io.StringIO())
+    logger.addHandler(handler)
+    queryless = QuerylessUrls()
+    logger.addFilter(queryless)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        url = httpx.URL(
+            "http://127.0.0.1:1/bucket/artifacts/t1/harness.json?X-Amz-Signature=f00d&X-Amz-Expires=120"
+        )
+        logger.info('HTTP Request: %s %s "%s %d %s"', "PUT", url, "HTTP/1.1", 200, "OK")
+    finally:
+        logger.removeHandler(handler)
+        logger.removeFilter(queryless)
+        logger.setLevel(level)
+    stream = handler.stream
+    assert isinstance(stream, io.StringIO)
+    assert (
+        stream.getvalue()
+        == 'HTTP Request: PUT http://127.0.0.1:1/bucket/artifacts/t1/harness.json "HTTP/1.1 200 OK"\n'
+    )
 
 
 def test_a_webhook_faster_than_the_runtime_still_gets_the_runs_finished_event(

@@ -22,6 +22,8 @@ import sys
 import uuid
 from collections.abc import Mapping
 
+import httpx
+
 from steward.adapters.runtime_api import RuntimeApi, RuntimeApiError, RuntimeArtifacts
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import ConfigError, RunnerConfig
@@ -53,6 +55,19 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class QuerylessUrls(logging.Filter):
+    """httpx logs every request's URL. A presigned upload URL's query string is a credential
+    for its object while it lasts (and in AWS carries the signer's session token): URLs are
+    logged without their query."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, httpx.URL) and a.query for a in record.args):
+            record.args = tuple(
+                a.copy_with(query=None) if isinstance(a, httpx.URL) else a for a in record.args
+            )
+        return True
+
+
 def main(environ: Mapping[str, str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="steward.runner: %(levelname)s %(name)s: %(message)s")
     try:
@@ -63,6 +78,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     redactor = Redactor([config.ticket])
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter(redactor))
+    logging.getLogger("httpx").addFilter(QuerylessUrls())
     api = RuntimeApi(config.api_url, config.relay_url)
     try:
         try:
