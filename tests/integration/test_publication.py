@@ -24,7 +24,7 @@ from steward.adapters.git import GitError, run_git
 from steward.adapters.github import GitHubApp, GitHubError
 from steward.adapters.task_store import TaskStore
 from steward.config import Settings
-from steward.domain.models import Task, utcnow
+from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.redaction import redact
 from steward.local.github_twin import GitHubTwin
 from steward.services.publication import STAGES, Publisher, PublishError, PublishResult, StageHook
@@ -102,7 +102,11 @@ class Kit:
         return clone
 
     def publisher(self, app: GitHubApp | None = None, *, upload: bool = False) -> Publisher:
-        return Publisher(app or self.app, TaskStore(self.services.tables), self.artifacts if upload else None)
+        return Publisher(app or self.app, self.status_of, self.artifacts if upload else None)
+
+    def status_of(self, task_id: str) -> TaskStatus | None:
+        task = TaskStore(self.services.tables).get(task_id)
+        return None if task is None else task.status
 
     def publish(
         self,

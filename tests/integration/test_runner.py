@@ -20,7 +20,10 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+from steward import wiring
 from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
+from steward.domain.models import Task
+from steward.local.launcher import LocalLauncher
 from steward.local.sample_repo import SAMPLE_REPO
 from steward.local.stack import LocalStack
 
@@ -218,11 +221,28 @@ def assert_no_credentials(artifacts: ArtifactStore, task_id: str) -> None:
 
 
 def test_a_run_publishes_a_pull_request_with_every_artifact(
-    stack: LocalStack, alice: Alice, artifacts: ArtifactStore
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The runtime's environment as the stack's launcher builds it for this very launch.
+    launcher = wiring.launcher()
+    assert isinstance(launcher, LocalLauncher)
+    launched: list[dict[str, str]] = []
+
+    def environment(task: Task, ticket: str) -> dict[str, str]:
+        env = LocalLauncher.environment(launcher, task, ticket)
+        launched.append(env)
+        return env
+
+    monkeypatch.setattr(launcher, "environment", environment)
     (task_id,) = start(alice, "run-success", "PLAY-success: add subtract")
     task = settled(alice, task_id)
     assert task["status"] == "review", task["reason"]
+    # It ran to review with no AWS variable at all: every write went through the runtime routes.
+    (env,) = [e for e in launched if e["STEWARD_TASK_ID"] == task_id]
+    assert [k for k in env if k.startswith("AWS_")] == []
+    assert "STEWARD_TABLE_PREFIX" not in env
+    assert "STEWARD_ARTIFACTS_BUCKET" not in env
+    assert env["STEWARD_RUNNER_HEARTBEAT_SECONDS"] == "1"
     assert task["pr_url"]
     number = int(task["pr_url"].rsplit("/", 1)[1])
     pull = stack.twin.pull(SAMPLE_REPO, number)
@@ -244,6 +264,11 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
     assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
     assert "passed" in (artifacts.read_text(task_id, SCREEN_NAME) or "")
     assert_no_credentials(artifacts, task_id)
+    # The artifacts went up by presigned PUTs, whose URLs (credentials) the runtime never logs.
+    log = (stack.state_dir / "runs" / f"{task_id}.log").read_text()
+    assert "/v1/runtime/artifacts/harness.json" in log
+    assert "X-Amz-Signature" not in log
+    assert not CREDENTIAL.search(log)
 
 
 def test_command_output_is_live_for_the_owner_and_never_durable(stack: LocalStack, alice: Alice) -> None:
@@ -360,8 +385,6 @@ def test_a_runtime_with_an_unknown_or_used_ticket_exits_without_side_effects(
         "STEWARD_TICKET": "used-or-unknown-ticket-value",
         "STEWARD_API_URL": stack.state["api_url"],
         "STEWARD_RELAY_URL": stack.state["relay_url"],
-        "AWS_ENDPOINT_URL": stack.state["aws_endpoint_url"],
-        "AWS_DEFAULT_REGION": stack.state["region"],
     }
     done = subprocess.run(
         [sys.executable, "-m", "steward.runner"],

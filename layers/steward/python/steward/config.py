@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from steward.domain.documents import DocumentPolicy
 
-Function = Literal["api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint"]
-FUNCTIONS: tuple[Function, ...] = ("api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint")
+Function = Literal["api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "runtime"]
+FUNCTIONS: tuple[Function, ...] = ("api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "runtime")
 ALL: frozenset[Function] = frozenset(FUNCTIONS)
 LAUNCHING: frozenset[Function] = frozenset({"heartbeat", "reaper"})
 
@@ -128,7 +128,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_ARTIFACTS_BUCKET",
         "artifacts_bucket",
-        {"api"},
+        {"api", "runtime"},
         required=True,
         parse=_text,
         doc="S3 bucket of the runs' artifacts",
@@ -166,7 +166,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_CAPABILITY_KEY_ID",
         "capability_key_ids",
-        {"relay", "mint"},
+        {"relay", "runtime"},
         required=True,
         parse=_csv,
         doc="KMS key id(s) of capabilities, comma-separated: the first signs, all verify (rotation)",
@@ -174,14 +174,14 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_CAPABILITY_LIFETIME",
         "capability_lifetime",
-        {"mint"},
+        {"runtime"},
         parse=_lifetime,
         doc="capability lifetime in seconds (at most 7200)",
     ),
     _setting(
         "STEWARD_PRICE_TABLE",
         "price_table",
-        {"relay", "mint"},
+        {"relay", "runtime"},
         doc="path of a JSON price table extending the packaged one",
     ),
     _setting(
@@ -206,7 +206,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_APP_ID",
         "github_app_id",
-        {"mint", "heartbeat"},
+        {"runtime", "heartbeat"},
         required=True,
         parse=_optional_int,
         doc="the GitHub App's numeric id",
@@ -214,21 +214,21 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID",
         "github_private_key_secret_id",
-        {"mint", "heartbeat"},
+        {"runtime", "heartbeat"},
         required=True,
         doc="Secrets Manager secret holding the App's private key (PEM)",
     ),
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY",
         "github_private_key",
-        {"mint", "heartbeat"},
+        {"runtime", "heartbeat"},
         secret=True,
         doc="the App's private key itself (local stack; in AWS use the secret id)",
     ),
     _setting(
         "STEWARD_GITHUB_API_URL",
         "github_api_url",
-        {"mint", "heartbeat"},
+        {"runtime", "heartbeat"},
         doc="GitHub's REST API (unset: api.github.com; locally the twin)",
     ),
     _setting(
@@ -338,9 +338,17 @@ _DEFAULTS: dict[str, str] = {
 }
 
 # What the local launcher hands its runtimes besides their own four variables, as a Fargate
-# task definition would carry them (DESIGN section 6).
+# task definition would carry them (DESIGN section 6): the runner's bounds, never a setting
+# of the control plane (STEWARD_RUNNER_SUBNETS and the like are the launcher's own).
 RUNTIME_PASSED = ("STEWARD_STREAM_URL", "STEWARD_SANDBOX_UID", "STEWARD_WORK_DIR", "STEWARD_KEEP_WORK")
 RUNTIME_PASSED_PREFIXES = ("STEWARD_RUNNER_", "STEWARD_CHECK_")
+
+
+def is_runtime_setting(name: str) -> bool:
+    """A variable the deployment hands every runtime (a runner bound), as opposed to one of
+    the control plane's settings or anything else."""
+    passed = name in RUNTIME_PASSED or name.startswith(RUNTIME_PASSED_PREFIXES)
+    return passed and name not in {s.env for s in SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -378,7 +386,6 @@ class Settings:
     relay_url: str = ""
     runtime_log_dir: str | None = None
     region: str | None = None
-    aws_endpoint_url: str | None = None  # set only locally (the moto server)
     runtime_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
@@ -390,16 +397,10 @@ class Settings:
             raw = env.get(setting.env, "").strip() or _DEFAULTS.get(setting.env, "")
             values[setting.attr] = _PARSERS[setting.attr](setting.env, raw)
         # The runtime's bounds pass through unparsed: the runtime validates its own settings.
-        control_plane = {s.env for s in SETTINGS}
-        passed = sorted(
-            (k, v)
-            for k, v in env.items()
-            if (k in RUNTIME_PASSED or k.startswith(RUNTIME_PASSED_PREFIXES)) and k not in control_plane
-        )
+        passed = sorted((k, v) for k, v in env.items() if is_runtime_setting(k))
         settings = cls(
             **values,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-            aws_endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             runtime_env=tuple(passed),
         )
         if settings.default_budget_usd > settings.max_budget_usd:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from steward.services.reaper import Reaper
     from steward.services.relay import Relay
     from steward.services.resync import Resync
+    from steward.services.runtime import RuntimeService
     from steward.services.tasks import TaskService
     from steward.services.webhooks import WebhookReceiver
 
@@ -158,7 +159,7 @@ def relay() -> Relay:
     )
 
 
-# ---- runtime routes (ticket exchange, GitHub tokens)
+# ---- runtime routes (ticket exchange, GitHub tokens, claim, heartbeat, events, finish, uploads)
 
 
 @cache
@@ -178,6 +179,15 @@ def minter() -> Minter:
         prices=price_table().entry,
         lifetime_seconds=s.capability_lifetime,
     )
+
+
+@cache
+def runtime_service() -> RuntimeService:
+    from steward.adapters.artifact_store import ArtifactStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.runtime import RuntimeService  # noqa: PLC0415
+
+    return RuntimeService(TaskStore(tables()), ArtifactStore(settings().artifacts_bucket))
 
 
 def github_app(s: Settings) -> GitHubApp:
@@ -269,17 +279,14 @@ def launcher() -> Launcher:
     from steward.domain.launch import RuntimeEndpoints  # noqa: PLC0415
 
     s = settings()
-    endpoints = RuntimeEndpoints(
-        api_url=s.api_url, relay_url=s.relay_url, aws_endpoint_url=s.aws_endpoint_url
-    )
+    endpoints = RuntimeEndpoints(api_url=s.api_url, relay_url=s.relay_url)
     if s.launcher == "local":
         from steward.local.launcher import LocalLauncher  # noqa: PLC0415 - never loaded on Lambda
 
-        # The deployment's fixed settings, as a Fargate task definition would carry them.
-        passed = dict(s.runtime_env)
-        passed |= {"STEWARD_TABLE_PREFIX": s.table_prefix, "STEWARD_ARTIFACTS_BUCKET": s.artifacts_bucket}
+        # The deployment's runner bounds, as a Fargate task definition would carry them; no
+        # table, bucket or AWS variable (the runtime writes only through the runtime routes).
         log_dir = Path(s.runtime_log_dir) if s.runtime_log_dir else None
-        return LocalLauncher(endpoints, extra_env=passed, log_dir=log_dir)
+        return LocalLauncher(endpoints, extra_env=dict(s.runtime_env), log_dir=log_dir)
     from steward.adapters import aws  # noqa: PLC0415
     from steward.adapters.fargate_launcher import FargateLauncher  # noqa: PLC0415
 
@@ -373,6 +380,7 @@ _BUILDERS: tuple[Callable[..., Any], ...] = (
     api_services,
     relay,
     minter,
+    runtime_service,
     github_tokens,
     webhook_receiver,
     scheduler,

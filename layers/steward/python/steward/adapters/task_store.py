@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -362,24 +362,45 @@ class TaskStore:
             }
         }
 
-    def append_event(self, task: Task, event: str, data: Mapping[str, Any], *, now: datetime) -> Task:
+    def append_event(
+        self,
+        task: Task,
+        event: str,
+        data: Mapping[str, Any],
+        *,
+        now: datetime,
+        admit: Callable[[Task], None] | None = None,
+        sets: Mapping[str, str] | None = None,
+    ) -> Task:
         """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
-        advance the watermark (DESIGN section 1)."""
+        advance the watermark (DESIGN section 1). `admit(current)` runs before every attempt,
+        on the task as read for it, and raises to refuse the event: every status change moves
+        the event sequence too, so an event admitted for a status is written only while the
+        task still has it. `sets`: attributes of the task written with the event."""
         current = task
         for attempt in range(APPEND_ATTEMPTS):
             if attempt:
                 time.sleep(random.uniform(0, 0.002 * attempt))  # noqa: S311 - jitter, not crypto
+            if admit is not None:
+                admit(current)
             seq = current.event_seq + 1
-            actions: list[Any] = [
-                {
-                    "Update": {
-                        "TableName": self._tables.name(TASKS),
-                        "Key": {"task_id": task.id},
-                        "UpdateExpression": "SET event_seq = :seq",
-                        "ConditionExpression": "event_seq = :prev",
-                        "ExpressionAttributeValues": {":seq": seq, ":prev": current.event_seq},
-                    }
+            also = dict(sets or {})
+            expression = "SET event_seq = :seq" + "".join(f", #x{i} = :x{i}" for i in range(len(also)))
+            update: dict[str, Any] = {
+                "TableName": self._tables.name(TASKS),
+                "Key": {"task_id": task.id},
+                "UpdateExpression": expression,
+                "ConditionExpression": "event_seq = :prev",
+                "ExpressionAttributeValues": {
+                    ":seq": seq,
+                    ":prev": current.event_seq,
+                    **{f":x{i}": v for i, v in enumerate(also.values())},
                 },
+            }
+            if also:
+                update["ExpressionAttributeNames"] = {f"#x{i}": k for i, k in enumerate(also)}
+            actions: list[Any] = [
+                {"Update": update},
                 self._event_put(task, seq, event, dict(data), now),
             ]
             try:
@@ -389,7 +410,7 @@ class TaskStore:
                     raise
                 current = self.require(task.id)
                 continue
-            return current.model_copy(update={"event_seq": seq})
+            return current.model_copy(update={"event_seq": seq, **also})
         raise Conflict(f"task {task.id} kept changing; retry")
 
     # ---- runtime
@@ -413,24 +434,39 @@ class TaskStore:
     def touch(self, task_id: str, *, runtime_id: str, now: datetime, deadline: datetime) -> bool:
         """Renew last_seen; False once the task is no longer this runtime's running task
         (cancelled, reaped, finished): the runtime should stop."""
+        return self.renew(task_id, runtime_id=runtime_id, now=now, deadline=deadline) is not None
+
+    def renew(
+        self, task_id: str, *, runtime_id: str, now: datetime, deadline: datetime, user: str | None = None
+    ) -> Task | None:
+        """`touch` in one conditional write that also answers the task as renewed (None: not
+        this runtime's running task, or, with `user`, not that user's). No read."""
+        condition = "#s = :running AND runtime_id = :rid"
+        names = {"#s": "status"}
+        values = {
+            ":now": iso(now),
+            ":deadline": iso(deadline),
+            ":running": TaskStatus.RUNNING.value,
+            ":rid": runtime_id,
+        }
+        if user is not None:
+            condition += " AND #u = :user"
+            names["#u"] = "user"
+            values[":user"] = user
         try:
-            self._table.update_item(
+            renewed = self._table.update_item(
                 Key={"task_id": task_id},
                 UpdateExpression="SET last_seen = :now, deadline = :deadline",
-                ConditionExpression="#s = :running AND runtime_id = :rid",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":now": iso(now),
-                    ":deadline": iso(deadline),
-                    ":running": TaskStatus.RUNNING.value,
-                    ":rid": runtime_id,
-                },
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
             if is_conditional_failure(exc):
-                return False
+                return None
             raise
-        return True
+        return item_to_task(renewed["Attributes"])
 
     def record_observation(self, task: Task, *, now: datetime, etag: str | None) -> bool:
         """Note that GitHub was asked about the task's pull request and said nothing new

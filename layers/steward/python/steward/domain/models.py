@@ -191,6 +191,7 @@ class Task(BaseModel):
     deadline: datetime | None = None
     event_seq: int = 0  # seq of the task's last durable event (gapless)
     runtime_id: str | None = None
+    finished_by: str | None = None  # the runtime id whose ending is recorded (a replay writes nothing)
     launched_at: datetime | None = None
     launch_ref: str | None = None
     max_attempts: int = 3

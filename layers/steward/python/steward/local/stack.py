@@ -188,14 +188,14 @@ class LocalStack:
     def _start_http(self, issuer: DevIssuer) -> tuple[str, str]:
         """The HTTP API (user routes behind the JWT authorizer, runtime routes outside it, as
         two API Gateway routes to two functions) and the relay's REST API."""
-        from steward import mint_handler, relay_handler  # noqa: PLC0415 - configured by the environment
+        from steward import relay_handler, runtime_handler  # noqa: PLC0415 - configured by the environment
         from steward.api import handler  # noqa: PLC0415
 
         _forget_clients()
 
         def gateway(event: dict[str, Any], context: Any) -> Any:
             if str(event.get("rawPath", "")).startswith(RUNTIME_PREFIX):
-                return mint_handler.lambda_handler(event, context)
+                return runtime_handler.lambda_handler(event, context)
             return handler.lambda_handler(event, context)
 
         self._api = LambdaHttpServer(
