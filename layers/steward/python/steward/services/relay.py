@@ -4,11 +4,17 @@ Per call: size bound (413) before anything touches storage; capability verified 
 body validated (400) and its model checked against the pinned one (403); the price entry
 (403 when unknown); one conditional UpdateItem reserves the call's maximum cost (input
 bounded by its UTF-8 byte count, plus `maxTokens` at the output price); the provider is
-called with exactly the admitted `maxTokens`; one conditional UpdateItem settles.
+called with exactly the admitted `maxTokens`; one conditional UpdateItem settles, never for
+more than the reservation.
 
 When the full `maxTokens` does not fit, it is lowered to what the room pays for (one more
 UpdateItem), and the call is refused only below a floor: 402 when settled spend leaves no
 room, 429 with Retry-After when the room is only held by calls in flight.
+
+A provider that reports more usage than the reservation could pay for is charged the
+reservation (the most the relay authorized for the call); the excess goes to the task's
+`over_reported_usd` in the same settlement write, an `over_report` event is recorded (the
+only extra requests, and only then), and the handler emits the `ProviderOverReport` metric.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -27,9 +33,11 @@ from pydantic import ValidationError
 
 from steward.adapters.budget_store import BudgetStore
 from steward.domain.budget import (
+    Charge,
     Refusal,
     Usage,
     affordable_max_tokens,
+    charge_for,
     cost_of,
     input_bound_tokens,
     judge_refusal,
@@ -59,10 +67,17 @@ RESERVATION_TTL = timedelta(minutes=15)
 @dataclass
 class RelayOutcome:
     response: dict[str, Any]
-    cost_usd: Decimal
+    cost_usd: Decimal  # what the call was charged: never more than its reservation
     remaining_usd: Decimal
     max_tokens: int
-    overspent: bool = False
+    over_reported_usd: Decimal = Decimal(0)  # what the provider reported beyond the reservation
+
+    @property
+    def over_reported(self) -> bool:
+        return self.over_reported_usd > 0
+
+
+RecordOverReport = Callable[[str, Mapping[str, Any], datetime], None]
 
 
 @dataclass
@@ -71,6 +86,8 @@ class Relay:
     budget: BudgetStore
     prices: PriceTable
     provider_for: Callable[[str, PriceEntry], Any]
+    # (task id, event data, now): the durable `over_report` event (TaskStore.record_over_report)
+    record_over_report: RecordOverReport
     clock: Callable[[], datetime] = utcnow
     max_body_bytes: int = MAX_BODY_BYTES
     # maxTokens is also bounded so that a call fits the API's integration timeout.
@@ -111,20 +128,68 @@ class Relay:
             )
             raise ProviderError(f"the provider call failed ({type(exc).__name__})") from None
         usage: Usage | None = result.usage
-        actual = reserved if usage is None else cost_of(entry, usage)
-        overspent = actual > reserved
-        if overspent:  # cannot happen with honest usage: the bound is an upper bound
-            logger.error("provider reported more than reserved", extra={"task_id": capability.task_id})
+        reported = reserved if usage is None else cost_of(entry, usage)
+        charge = charge_for(reserved, reported)
         settlement = self.budget.settle(
-            task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=actual
+            task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=reported
         )
+        if charge.over_reported > 0:  # cannot happen with honest usage: the bound is an upper bound
+            self._over_report(
+                capability,
+                reservation_id=rid,
+                max_tokens=admitted,
+                reported=reported,
+                charge=charge,
+                usage=usage,
+                settled=settlement.applied,
+            )
         return RelayOutcome(
             response=result.response,
-            cost_usd=actual,
+            cost_usd=charge.charged,
             remaining_usd=settlement.remaining(capability.max_budget_usd),
             max_tokens=admitted,
-            overspent=overspent,
+            over_reported_usd=charge.over_reported,
         )
+
+    def _over_report(
+        self,
+        capability: Capability,
+        *,
+        reservation_id: str,
+        max_tokens: int,
+        reported: Decimal,
+        charge: Charge,
+        usage: Usage | None,
+        settled: bool,
+    ) -> None:
+        """Record a provider's report beyond the reservation: the log line and the durable
+        event (the settlement already added the excess to the task's `over_reported_usd`).
+        The call's answer does not depend on it: the money is settled either way."""
+        data: dict[str, Any] = {
+            "model_id": capability.model_id,
+            "reservation_id": reservation_id,
+            "max_tokens": max_tokens,
+            "reserved_usd": str(charge.charged),  # an over-report is charged its reservation
+            "reported_usd": str(reported),
+            "charged_usd": str(charge.charged),
+            "over_reported_usd": str(charge.over_reported),
+            "settled": settled,
+        }
+        if usage is not None:
+            data["usage"] = {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+            }
+        logger.error(
+            "provider reported more than reserved",
+            extra={"task_id": capability.task_id, "over_reported_usd": data["over_reported_usd"]},
+        )
+        try:
+            self.record_over_report(capability.task_id, data, self.clock())
+        except Exception:  # the item's total and the metric hold it; the event is the detail
+            logger.exception("could not record the over-report event", extra={"task_id": capability.task_id})
 
     def _reserve(
         self, capability: Capability, entry: PriceEntry, bound: int, wanted: int
