@@ -87,5 +87,6 @@ def build_relay(services: Services, **client_kwargs: Any) -> RelayKit:
         prices=load_price_table(),
         provider_for=functools.partial(provider_for, environ={}),
         record_over_report=record_over_report,
+        capability_key_ids=frozenset({key_id}),
     )
     return RelayKit(services, signer, relay, budget)

@@ -3,11 +3,14 @@ raised for model calls). Kept light on import: provider adapters load lazily, on
 call that needs them, and nothing here imports githubkit, httpx or the CLI.
 
 Metrics: `CallsAdmitted` per answered call, and `ProviderOverReport` (the alarm's metric)
-for each call whose provider reported more than its reservation.
+for each call whose provider reported more than its reservation. The answer is ASCII JSON:
+a model's output may hold a lone surrogate (a `\\ud800` escape from the provider), which
+stays an escape here for the runner to judge, rather than text no encoder can write.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -15,7 +18,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from steward import wiring
-from steward.api.http import install_error_handlers, json_response
+from steward.api.http import install_error_handlers
 from steward.observability import logger_for, metrics_for, tracer_for
 
 OVER_REPORT_METRIC = "ProviderOverReport"
@@ -42,7 +45,7 @@ def converse() -> Response[str]:
         "remaining_usd": str(outcome.remaining_usd),
         "max_tokens": outcome.max_tokens,
     }
-    return json_response(200, body)
+    return Response(status_code=200, content_type="application/json", body=json.dumps(body, default=str))
 
 
 @metrics.log_metrics

@@ -162,6 +162,7 @@ def relay() -> Relay:
         prices=table,
         provider_for=provider,
         record_over_report=record_over_report,
+        capability_key_ids=frozenset(settings().capability_key_ids),
     )
 
 
