@@ -1,7 +1,8 @@
 """The runner's tool loop against the real relay Lambda (moto, the local REST adapter, the
-runtime's own HTTP client) with a scripted provider: no model output breaks the run, and
-what the runner sends never carries a credential the relay would refuse. Checks run in the
-sandbox's same-user mode (the tool loop is under test here, not the sandbox)."""
+runtime's own HTTP client) with a scripted provider: no model output breaks the run, what
+the runner sends never carries a credential the relay would refuse, and `max_seconds` holds
+inside a turn. Checks run in the sandbox's same-user mode (the tool loop is under test here,
+not the sandbox)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,23 @@ import functools
 import itertools
 import json
 import subprocess
+import time
 from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from steward import relay_handler, wiring
+from steward.adapters.providers import provider_for
 from steward.adapters.providers.base import ProviderResult, converse_usage
+from steward.adapters.providers.scripted import SLOW_ENV
 from steward.adapters.runtime_api import RuntimeApi
 from steward.domain.budget import Usage
 from steward.domain.converse import ConverseRequest, wire
 from steward.domain.credentials import new_ticket
-from steward.domain.models import Task
+from steward.domain.models import Task, utcnow
 from steward.domain.phases import HarnessLimits
 from steward.domain.redaction import Redactor
 from steward.local.http_adapter import LambdaHttpServer
@@ -226,3 +232,79 @@ def test_what_the_runner_sends_never_carries_a_credential_so_the_relay_takes_eve
         assert fixture in script.requests[2], fixture
     assert GHP in (repo / "config.py").read_text()  # what the model wrote is written as it wrote it
     assert all(call["allowed"] for call in calls(records))
+
+
+def _settled(kit: RelayKit, task: Task) -> bool:
+    stored = kit.services.tables.table_by_name("tasks").get_item(
+        Key={"task_id": task.id}, ConsistentRead=True
+    )["Item"]
+    return stored["reservations"] == {} and Decimal(stored["committed_usd"]) > 0
+
+
+SLOW_CHECK = 'python -c "import time; time.sleep(30)"'
+# (case, model, task budget, max_seconds, checks, the provider's turns (None: the real
+# scripted-slow provider), whether the budget is held by a call in flight, the ending's note)
+SLOW: list[tuple[str, str, str, float, tuple[str, ...], Script | None, bool, str]] = [
+    (
+        "a model call slower than the run's time",
+        "scripted-slow",
+        "1.00",
+        1.0,
+        ("true",),
+        None,
+        False,
+        "model call",
+    ),
+    (
+        "a check slower than the run's time",
+        "scripted",
+        "1.00",
+        2.0,
+        (SLOW_CHECK,),
+        Script(DONE, use("run_verification", {"command": SLOW_CHECK})),
+        False,
+        "during python",
+    ),
+    ("429s that outlast the run's time", "scripted", "0.01", 1.0, ("true",), Script(), True, "model call"),
+]
+
+
+def test_max_seconds_holds_inside_a_turn_for_a_slow_model_a_slow_check_and_a_long_wait(
+    kit: RelayKit, relay_url: str, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for number, (name, model, budget, seconds, checks, script, held, ending) in enumerate(SLOW):
+        if script is None:
+            slow = functools.partial(provider_for, environ={SLOW_ENV: "2.5"})
+            monkeypatch.setattr(kit.relay, "provider_for", slow)
+        else:
+            monkeypatch.setattr(kit.relay, "provider_for", lambda _m, _e, s=script: s)
+        task = kit.running_task(model=model, budget=budget, slug=f"slow-{number}")
+        if held:  # the room is held by a call in flight: the relay answers 429 with Retry-After
+            now = utcnow()
+            assert (
+                kit.budget.reserve(
+                    task_id=task.id,
+                    owner=task.user,
+                    model=task.model,
+                    token_cap=Decimal(budget),
+                    cost=Decimal(budget) - Decimal("0.0001"),
+                    reservation_id="rheld",
+                    expires_at=now + timedelta(minutes=5),
+                    now=now,
+                )
+                is None
+            )
+        outcome, records = run_harness(
+            kit, relay_url, task, repo, checks=checks, limits=HarnessLimits(max_seconds=seconds)
+        )
+        assert (outcome.completed, outcome.end) == (False, "time_limit"), name
+        assert ending in outcome.detail, (name, outcome.detail)
+        if ending == "model call":  # a reply that came after the deadline was never acted on
+            assert [r for r in records if r["kind"] == "turn"] == [], name
+        if script is None:
+            deadline = time.monotonic() + 15  # let the relay settle the abandoned call before moto goes
+            while not _settled(kit, task) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        if SLOW_CHECK in checks:
+            (check,) = outcome.checks
+            assert (check["timed_out"], check["passed"]) == (True, False), name

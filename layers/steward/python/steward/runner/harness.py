@@ -17,6 +17,10 @@ What comes back is the model's, and no model output can break the run: text that
 valid Unicode (a lone surrogate) is replaced by U+FFFD, and a tool call whose arguments hold
 such text is answered as an invalid call and never run; a tool name or call id the relay
 would refuse to see again is replaced by one it accepts.
+
+`max_seconds` holds inside a turn too: each model call gets the time left as its timeout
+(a model that raises `TimeoutError` ends the run at its time limit), each tool's git
+commands and each check are bounded by it, and no tool runs once it is spent.
 """
 
 from __future__ import annotations
@@ -65,7 +69,13 @@ class Cancelled(Exception):
 
 
 class Model(Protocol):
-    def __call__(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def __call__(self, request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """The Converse reply to `request`; `TimeoutError` once `timeout` seconds passed."""
+        ...
+
+
+class _OutOfTime(Exception):
+    """The run's `max_seconds` ran out inside a turn."""
 
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -158,27 +168,34 @@ class Harness:
         self.argv_of = parse_allowlist(task.checks)  # listed check -> its argv
         self.required = frozenset(self.argv_of)
         self.checks: list[dict[str, Any]] = []
+        self._deadline = clock() + self.limits.max_seconds  # set again when the run starts
 
     # ---- the loop
     def run(self) -> Outcome:
-        started = self.clock()
+        self._deadline = self.clock() + self.limits.max_seconds
         state = RunState()
         messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": task_prompt(self.task)}]}]
         self.emit("phase", {"phase": state.phase.value, "turn": 0})
         while not state.finished:
             self._check_cancel()
-            if self.clock() - started > self.limits.max_seconds:
+            if self._remaining() <= 0:
                 state = replace(state, ended=EndReason.TIME_LIMIT, note="the run used its time")
                 break
             state = begin_turn(state, self.limits)
             if state.ended is not None:
                 break
-            if state.phase is Phase.SUMMARY:
-                summary = self._summarize(state)
-                state = after_text(state, self.required, self.limits)
-                return self._outcome(state, completed=True, summary=summary)
-            previous = state.phase
-            reply = self._ask(state, messages)
+            try:
+                if state.phase is Phase.SUMMARY:
+                    summary = self._summarize(state)
+                    state = after_text(state, self.required, self.limits)
+                    return self._outcome(state, completed=True, summary=summary)
+                previous = state.phase
+                reply = self._ask(state, messages)
+            except _OutOfTime:
+                state = replace(
+                    state, ended=EndReason.TIME_LIMIT, note="the run used its time during a model call"
+                )
+                break
             blocks, unusable = _assistant_blocks(reply, turn=state.turns)
             messages.append({"role": "assistant", "content": blocks})
             uses = [b["toolUse"] for b in blocks if "toolUse" in b]
@@ -217,9 +234,11 @@ class Harness:
         unusable: Mapping[str, str],
         calls: list[dict[str, Any]],
     ) -> tuple[RunState, list[dict[str, Any]]]:
-        """Run a turn's tool calls in order, until the run ends."""
+        """Run a turn's tool calls in order, until the run ends (its time included)."""
         content: list[dict[str, Any]] = []
         for use in uses:
+            if self._remaining() <= 0:
+                return replace(state, ended=EndReason.TIME_LIMIT, note="the run used its time"), content
             state, result = self._call(state, use, calls, unusable.get(use["toolUseId"]))
             content.append(result)
             if state.finished:
@@ -263,9 +282,16 @@ class Harness:
         return self._send(request)
 
     def _send(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One model call, the request redacted for the model as a whole."""
+        """One model call: the request redacted for the model as a whole, the time left as
+        its timeout."""
+        remaining = self._remaining()
+        if remaining <= 0:
+            raise _OutOfTime
         outgoing: dict[str, Any] = self.outgoing.clean(request)
-        reply = self.model(outgoing)
+        try:
+            reply = self.model(outgoing, timeout=remaining)
+        except TimeoutError:
+            raise _OutOfTime from None
         self._check_cancel()
         return reply
 
@@ -328,7 +354,7 @@ class Harness:
         if name == VERIFY_TOOL:
             return self._verify(state, tool_id, raw, entry)
         try:
-            text = self.workspace.call(name, raw)
+            text = self.workspace.call(name, raw, seconds=self._remaining())
         except ToolError as exc:
             message = self.outgoing.bounded(str(exc), self.limits.max_result_chars)
             entry |= {"ok": False, "result": self._bounded(message, _RECORD_CHARS)}
@@ -344,7 +370,9 @@ class Harness:
     ) -> tuple[RunState, dict[str, Any]]:
         try:
             command = VerifyArgs.model_validate(raw).command
-            result = self.sandbox.run(command, on_output=self.on_output, cancel=self.cancel)
+            result = self.sandbox.run(
+                command, on_output=self.on_output, cancel=self.cancel, wall_seconds=self._remaining()
+            )
         except (ValueError, CommandRefused) as exc:  # pydantic's ValidationError is a ValueError
             message = self.outgoing.bounded(f"run_verification refused: {exc}", 2000)
             entry |= {"ok": False, "result": message}
@@ -352,7 +380,11 @@ class Harness:
         self._check_cancel()
         check = self.check_record(result, stage="loop")
         canonical = next((c for c, argv in self.argv_of.items() if argv == result.argv), command)
-        state = after_check(state, canonical, result.passed, self.required, self.limits)
+        if not result.passed and self._remaining() <= 0:
+            # Stopped by the run's deadline, not by its own limit: not a failing check to repair.
+            state = replace(state, ended=EndReason.TIME_LIMIT, note=f"the run used its time during {command}")
+        else:
+            state = after_check(state, canonical, result.passed, self.required, self.limits)
         output = self.outgoing.bounded(result.output, self.limits.max_result_chars - 200, tail=True)
         text = f"{_describe(result)}\n{output}"
         entry |= {"ok": result.passed, "result": self._bounded(text, _RECORD_CHARS), "check": check}
@@ -378,6 +410,9 @@ class Harness:
         """For records and the summary: every credential shape redacted (`self.outgoing`
         redacts what goes to the model, where fixtures must stay readable)."""
         return self.redactor.bounded(text, limit)
+
+    def _remaining(self) -> float:
+        return self._deadline - self.clock()
 
     def _bound(self, messages: list[dict[str, Any]]) -> None:
         """Elide the oldest tool results until the conversation fits its byte bound."""
