@@ -70,6 +70,7 @@ PLAYS = [
             VERIFY,
         ],
     },
+    {"match": "PLAY-token-in-title", "summary": "Adds subtract.", "steps": [SUBTRACT, DONE, VERIFY]},
     {"match": "PLAY-hallucinating", "steps": [{"tool": "delete_repository", "input": {}}], "loop_from": 0},
     {
         "match": "PLAY-spender",
@@ -269,6 +270,34 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
     assert "/v1/runtime/artifacts/harness.json" in log
     assert "X-Amz-Signature" not in log
     assert not CREDENTIAL.search(log)
+
+
+def test_a_run_whose_title_carries_a_github_token_completes_through_the_relay(
+    alice: Alice, artifacts: ArtifactStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay refuses a body carrying a GitHub token; the runner redacts the task's own text
+    (and every tool result) before the model sees it, so none of its calls is refused and the
+    provider never sees the token. (The stack's relay runs in this process: the scripted
+    provider's requests are watched here.)"""
+    from steward.adapters.providers.scripted import ScriptedProvider  # noqa: PLC0415
+    from steward.domain.converse import wire  # noqa: PLC0415
+
+    seen: list[str] = []
+    original = ScriptedProvider.converse
+
+    def watched(self: ScriptedProvider, request: Any, *, max_tokens: int) -> Any:
+        seen.append(json.dumps(wire(request)))
+        return original(self, request, max_tokens=max_tokens)
+
+    monkeypatch.setattr(ScriptedProvider, "converse", watched)
+    token = "ghs_" + "T0k3nInT1tle" * 3
+    (task_id,) = start(alice, "run-token-title", f"PLAY-token-in-title: add subtract, rotating {token}")
+    task = settled(alice, task_id)
+    assert task["status"] == "review", task["reason"]
+    mine = [request for request in seen if "PLAY-token-in-title" in request]
+    assert len(mine) >= 4  # edit, end of edit, verify, summary: every call admitted
+    assert not [request for request in mine if token in request]
+    assert_no_credentials(artifacts, task_id)
 
 
 def test_command_output_is_live_for_the_owner_and_never_durable(stack: LocalStack, alice: Alice) -> None:

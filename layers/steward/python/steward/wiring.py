@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,8 +154,19 @@ def relay() -> Relay:
     def provider(model_id: str, entry: PriceEntry) -> Provider:
         return provider_for(model_id, entry, environ=environ)
 
+    def record_over_report(task_id: str, data: Mapping[str, Any], now: datetime) -> None:
+        # Loaded on the first over-report only: a normal call never needs the task store.
+        from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+
+        TaskStore(tables()).record_over_report(task_id, data, now=now)
+
     return Relay(
-        verify=capability_verifier().verify, budget=BudgetStore(tables()), prices=table, provider_for=provider
+        verify=capability_verifier().verify,
+        budget=BudgetStore(tables()),
+        prices=table,
+        provider_for=provider,
+        record_over_report=record_over_report,
+        capability_key_ids=frozenset(settings().capability_key_ids),
     )
 
 

@@ -7,10 +7,12 @@ control plane answers for exactly that task's object.
 The capability and tokens travel only in request headers and bodies; no message raised
 here holds one, nor a presigned URL (the API's own error text is bounded, and the relay
 never echoes a token). Calls that are safe to repeat (token, claim, heartbeat, finish,
-upload) retry a transport failure or a 5xx a few times and wait out a 429 for what
-`Retry-After` says, within a bounded total; the exchange (single use) and progress events
-(a repeat would record twice; one lost event is not worth a delay) are sent once. A 402 from
-the relay is the end of the task's budget.
+upload, model calls) retry a transport failure or a 5xx (other than a provider error) a few
+times and wait out a 429 for what `Retry-After` says, within a bounded total; the exchange
+(single use) and progress events (a repeat would record twice; one lost event is not worth
+a delay) are sent once. A 402 from the relay is the end of the task's budget. A model call
+given a `timeout` (the run's remaining time) spends no more than that on its attempts and
+waits together, and raises `ModelTimeout` (a `TimeoutError`) once it is spent.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class RuntimeApiError(Exception):
 
 class BudgetExhausted(RuntimeApiError):
     """The relay answered 402: the task's budget cannot pay for another call."""
+
+
+class ModelTimeout(RuntimeApiError, TimeoutError):
+    """A model call's `timeout` ran out (the run's time, not an infrastructure fault)."""
 
 
 @dataclass(frozen=True)
@@ -212,9 +218,12 @@ class RuntimeApi:
                 )
             self._sleep(min(2.0**attempt, 10.0))
 
-    def converse(self, capability: str, request: dict[str, Any]) -> dict[str, Any]:
+    def converse(
+        self, capability: str, request: dict[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
         """One model call through the relay: the Converse response plus the relay's
-        `steward` block (cost_usd, remaining_usd, max_tokens)."""
+        `steward` block (cost_usd, remaining_usd, max_tokens). With `timeout`, every attempt
+        and wait fits in that many seconds from now, else `ModelTimeout`."""
         return self._call(
             "call the model",
             "POST",
@@ -223,6 +232,7 @@ class RuntimeApi:
             json=request,
             retries=True,
             timeout=self.model_timeout,
+            deadline=None if timeout is None else time.monotonic() + timeout,
         )
 
     def _call(
@@ -235,11 +245,20 @@ class RuntimeApi:
         json: Any = None,
         retries: bool = False,
         timeout: float | None = None,
+        deadline: float | None = None,
     ) -> dict[str, Any]:
         waited = 0.0
         attempt = 0
         while True:
             attempt += 1
+            limit: Any = timeout or httpx.USE_CLIENT_DEFAULT
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ModelTimeout(
+                        f"could not {what}: the run's time ran out", status=None, code="timeout"
+                    )
+                limit = min(timeout, left) if timeout else left
             try:
                 response = self._http.request(
                     method,
@@ -248,13 +267,21 @@ class RuntimeApi:
                     if json is not None
                     else headers,
                     content=None if json is None else jsonlib.dumps(json, default=str).encode(),
-                    timeout=timeout or httpx.USE_CLIENT_DEFAULT,
+                    timeout=limit,
                 )
             except httpx.TransportError as exc:
+                if (
+                    isinstance(exc, httpx.TimeoutException)
+                    and deadline is not None
+                    and time.monotonic() >= deadline
+                ):
+                    raise ModelTimeout(
+                        f"could not {what}: the run's time ran out", status=None, code="timeout"
+                    ) from None
                 problem = f"could not {what}: no answer ({type(exc).__name__})"
                 if not retries or attempt >= self.attempts:
                     raise RuntimeApiError(problem, status=None, retryable=True) from None
-                self._sleep(min(2.0**attempt, 10.0))
+                self._pause(min(2.0**attempt, 10.0), deadline, what)
                 continue
             if response.status_code < 400:
                 payload = response.json()
@@ -273,9 +300,15 @@ class RuntimeApi:
                 wait, again = min(2.0**attempt, 10.0), attempt < self.attempts
             if retries and transient and again and waited + wait <= self.max_wait_seconds:
                 waited += wait
-                self._sleep(wait)
+                self._pause(wait, deadline, what)
                 continue
             raise RuntimeApiError(text, status=status, code=code, retryable=transient)
+
+    def _pause(self, seconds: float, deadline: float | None, what: str) -> None:
+        """Sleep before another attempt, unless that would outlast `deadline`."""
+        if deadline is not None and time.monotonic() + seconds >= deadline:
+            raise ModelTimeout(f"could not {what}: the run's time ran out", status=None, code="timeout")
+        self._sleep(seconds)
 
 
 def _bearer(capability: str) -> dict[str, str]:

@@ -62,6 +62,7 @@ TRANSITION_PARTS = 2  # the task's update and its event; then the wake, then inc
 # Concurrent appends to one task each take the next seq or lose and retry; one always wins,
 # so N writers need at most N attempts.
 APPEND_ATTEMPTS = 64
+OVER_REPORT_EVENT = "over_report"
 
 
 def task_to_item(task: Task) -> dict[str, Any]:
@@ -71,6 +72,10 @@ def task_to_item(task: Task) -> dict[str, Any]:
     # Money stays decimal end to end (DynamoDB numbers), never float.
     data["budget_usd"] = task.budget_usd
     data["cost_usd"] = task.cost_usd
+    # Absent until a settlement ADDs to it (a number, never the JSON dump's string).
+    data.pop("over_reported_usd", None)
+    if task.over_reported_usd:
+        data["over_reported_usd"] = task.over_reported_usd
     for name in ("created_at", "updated_at", "last_seen", "deadline", "launched_at", "github_observed_at"):
         moment = getattr(task, name)
         if moment is not None:
@@ -412,6 +417,13 @@ class TaskStore:
                 continue
             return current.model_copy(update={"event_seq": seq, **also})
         raise Conflict(f"task {task.id} kept changing; retry")
+
+    def record_over_report(self, task_id: str, data: Mapping[str, Any], *, now: datetime) -> Task:
+        """The durable `over_report` event of a call whose provider reported more than the
+        relay reserved for it (the settlement already charged the reservation and added the
+        excess to the item's `over_reported_usd`). One consistent read and one transaction:
+        only an over-report pays for them, never a normal settlement."""
+        return self.append_event(self.require(task_id), OVER_REPORT_EVENT, data, now=now)
 
     # ---- runtime
     def claim(self, task: Task, *, runtime_id: str, now: datetime, deadline: datetime) -> Task:

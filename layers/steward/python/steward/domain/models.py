@@ -183,6 +183,9 @@ class Task(BaseModel):
     pr_url: str | None = None
     pr_number: int | None = None
     cost_usd: Decimal = Decimal("0")
+    # What providers reported beyond the reservations that admitted their calls: recorded by
+    # the relay's settlement, never charged (see steward.domain.budget.charge_for).
+    over_reported_usd: Decimal = Decimal("0")
     created_at: datetime
     updated_at: datetime
     last_seen: datetime | None = None
@@ -222,6 +225,7 @@ class Task(BaseModel):
             "budget_usd": str(self.budget_usd),
             "pr_url": self.pr_url,
             "cost_usd": str(self.cost_usd),
+            "over_reported_usd": str(self.over_reported_usd),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

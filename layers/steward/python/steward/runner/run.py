@@ -124,7 +124,7 @@ class Run:
                 self.task,
                 Workspace(clone),
                 self._sandbox(),
-                lambda request: self.api.converse(self.capability, request),
+                lambda request, *, timeout: self.api.converse(self.capability, request, timeout=timeout),
                 self.redactor,
                 limits=self.config.harness,
                 record=self.records.harness.append,

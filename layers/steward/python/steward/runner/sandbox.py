@@ -267,6 +267,7 @@ class Sandbox:
         self._running = False
         self._kill_requested = False
         self._last_signal: int | None = None
+        self._wall_seconds = self.limits.wall_seconds  # of the command running now
 
     # -- matching -------------------------------------------------------------------------------
 
@@ -316,16 +317,23 @@ class Sandbox:
         *,
         on_output: Callable[[bytes], None] | None = None,
         cancel: threading.Event | None = None,
+        wall_seconds: float | None = None,
     ) -> CommandResult:
         """Resolve `command` (CommandRefused propagates) and run it within the limits. `on_output` gets
         raw output chunks as they arrive (for the ephemeral terminal stream). Setting `cancel` kills the
-        group and the result has exit_code None."""
+        group and the result has exit_code None. `wall_seconds` lowers the wall-time limit for this run
+        (the run's remaining time); past it the command times out as past the limit's own."""
         argv = self.resolve(command)
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("a verification command is already running in this sandbox")
         with self._lock:
             self._running = True
             self._kill_requested = False
+            self._wall_seconds = (
+                self.limits.wall_seconds
+                if wall_seconds is None
+                else min(self.limits.wall_seconds, max(0.0, wall_seconds))
+            )
         try:
             return self._run(command, argv, on_output, cancel)
         finally:
@@ -531,7 +539,7 @@ class Sandbox:
             self._proc = proc
             self._reaped = False
             self._last_signal = None
-        progress = _Progress(deadline=started + self.limits.wall_seconds, writes=writes)
+        progress = _Progress(deadline=started + self._wall_seconds, writes=writes)
         try:
             self._supervise(proc, progress, on_output, cancel)
         finally:

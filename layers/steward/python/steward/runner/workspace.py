@@ -39,6 +39,7 @@ import os
 import re
 import secrets
 import stat
+import time
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -349,13 +350,16 @@ class Workspace:
         self.limits = limits or _DEFAULT_LIMITS
         self._root = real
         self._changed: dict[str, None] = {}  # an ordered set
+        self._until: float | None = None  # the current call's own deadline (monotonic), if any
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def call(self, name: str, raw_input: Mapping[str, Any]) -> str:
+    def call(self, name: str, raw_input: Mapping[str, Any], *, seconds: float | None = None) -> str:
         """Validate raw_input with the tool's model (pydantic ValidationError -> ToolError naming the field),
         dispatch, return the text result. Unknown name -> ToolError. Never raises anything but ToolError
-        for bad input; OSError from the filesystem becomes ToolError with a safe message."""
+        for bad input; OSError from the filesystem becomes ToolError with a safe message. `seconds`
+        bounds the call's git commands further (the run's remaining time): past it they time out."""
+        self._until = None if seconds is None else time.monotonic() + seconds
         model = TOOL_ARGS.get(name) if isinstance(name, str) else None
         if model is None:
             raise ToolError(f"unknown tool {_show(str(name))}; the tools are {', '.join(TOOL_ARGS)}")
@@ -797,6 +801,8 @@ class Workspace:
         """`git <argv> -- <target>` on the clone with the git directory and work tree named on
         the command line (a `core.worktree` in the clone's config would otherwise win)."""
         pathspec = [] if not target.parts else ["--", ":(literal)" + target.rel]
+        if self._until is not None:
+            timeout = max(0.01, min(timeout, self._until - time.monotonic()))
         return run_git(
             ["--git-dir", os.path.join(self._root, ".git"), "--work-tree", self._root, *argv, *pathspec],
             cwd=self._root,
