@@ -398,6 +398,7 @@ class Harness:
             "exit_code": result.exit_code,
             "timed_out": result.timed_out,
             "output_truncated": result.output_truncated,
+            "write_limit_exceeded": result.write_limit_exceeded,
             "duration_s": round(result.duration_s, 3),
             "stage": stage,
         }
@@ -514,6 +515,8 @@ def _result(tool_id: str, text: str, *, error: bool = False) -> dict[str, Any]:
 def _describe(result: CommandResult) -> str:
     if result.timed_out:
         status = "timed out (the whole process group was killed)"
+    elif result.write_limit_exceeded:
+        status = "stopped: it wrote more into the repository than the bound allows (nothing it wrote was kept)"
     elif result.output_truncated:
         status = "killed: its output exceeded the bound"
     else:
