@@ -1,7 +1,10 @@
 """DynamoDB requests per control-plane operation, counted with a botocore hook.
 
 Runs against moto in-process (request counts do not depend on the backend). Aims (issue
-"control plane core"): publish <= 3 requests whatever the item count, confirm <= 2, spawn 1.
+"control plane core"): publish <= 3 requests whatever the item count, confirm <= 2, spawn 1;
+confirming an edit of an item whose task is live adds 2 per such task (read it, cancel it);
+and the runtime routes' calls (the service behind them, with a verified capability): the
+heartbeat, made every few seconds by every runtime, one request.
 
     .venv/bin/python bench/bench_dynamodb_requests.py
 """
@@ -15,9 +18,11 @@ from moto import mock_aws
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables, count_requests
 from steward.config import Settings
+from steward.domain.capability import Capability, capability_claims
 from steward.domain.models import utcnow
 from steward.domain.tasks import task_for
 from steward.local.moto_serial import install_dynamodb_lock
+from steward.services.runtime import ArtifactCall, Ending, EventCall, RuntimeCall, RuntimeService
 from steward.wiring import Services
 
 
@@ -54,6 +59,46 @@ def measure(services: Services, count: int, detail_bytes: int) -> dict[str, int]
     with count_requests(services.tables) as c:
         services.tasks.tasks.spawn(task, previous_task_id=None, now=utcnow())
     rows["spawn replayed"] = sum(c.values())
+    first = task_for(plan, plan.active_items[0], attempt=1, now=utcnow())
+    services.tasks.tasks.spawn(first, previous_task_id=None, now=utcnow())
+    services.plans.publish("alice", slug, markdown.replace("Item 1:", "Item uno:"))
+    with count_requests(services.tables) as c:
+        services.plans.confirm("alice", slug)
+    rows["confirm superseding one task"] = sum(c.values())
+    return rows
+
+
+def measure_runtime(services: Services) -> dict[str, int]:
+    """One runtime's calls on a freshly spawned task, as the runtime routes make them."""
+    services.plans.publish("alice", "bench-runtime", document(1, 10))
+    plan = services.plans.confirm("alice", "bench-runtime")
+    task, _ = services.tasks.tasks.spawn(
+        task_for(plan, plan.active_items[0], attempt=1, now=utcnow()), previous_task_id=None, now=utcnow()
+    )
+    claims = capability_claims(
+        sub=task.user, task_id=task.id, model_id=task.model, max_budget_usd=task.budget_usd, now=utcnow()
+    )
+    capability = Capability.model_validate(claims)
+    runtime = RuntimeService(services.tasks.tasks, services.tasks.artifacts)
+    me = RuntimeCall(runtime_id="r1")
+    calls = {
+        "runtime: claim": lambda: runtime.claim(capability, me),
+        "runtime: heartbeat": lambda: runtime.heartbeat(capability, me),
+        "runtime: progress event": lambda: runtime.append_event(
+            capability, EventCall(runtime_id="r1", type="phase", data={"phase": "edit"})
+        ),
+        "runtime: artifact upload URL": lambda: runtime.artifact_upload(
+            capability, "harness.json", ArtifactCall(runtime_id="r1", size=100)
+        ),
+        "runtime: finish (failed)": lambda: runtime.finish(
+            capability, Ending(runtime_id="r1", status="failed", classification="final", reason="bench")
+        ),
+    }
+    rows: dict[str, int] = {}
+    for name, call in calls.items():
+        with count_requests(services.tables) as c:
+            call()
+        rows[name] = sum(c.values())
     return rows
 
 
@@ -69,10 +114,15 @@ def main() -> None:
         tables.create_all()
         services = Services.build(settings, tables, ArtifactStore("bench", client=boto3.client("s3")))
         results = {20: measure(services, 20, 200), 100: measure(services, 100, 2400)}
+        runtime = measure_runtime(services)
     print("DynamoDB requests per operation (aim: publish <= 3, confirm <= 2, spawn 1)")
     print(f"{'operation':30} {'20 items':>9} {'100 items':>10}")
     for name in results[20]:
         print(f"{name:30} {results[20][name]:>9} {results[100][name]:>10}")
+    print()
+    print("DynamoDB requests per runtime route call (aim: heartbeat 1)")
+    for name, count in runtime.items():
+        print(f"{name:30} {count:>9}")
 
 
 if __name__ == "__main__":

@@ -66,15 +66,13 @@ def main(count: int) -> None:
     with MotoServer() as moto:
         tables = Tables.connect("bench-", endpoint_url=moto.url, region_name="us-east-1")
         tables.create_all()
-        users_store, plans = UserStore(tables), PlanStore(tables)
+        users_store, plans, tasks = UserStore(tables), PlanStore(tables), TaskStore(tables)
         service = PlanService(
-            plans, __import__("steward.config", fromlist=["Settings"]).Settings().document_policy
+            plans, __import__("steward.config", fromlist=["Settings"]).Settings().document_policy, tasks=tasks
         )
         launcher = RecordingLauncher()
         clock = {"now": utcnow()}
-        beat = Heartbeat(
-            users_store, plans, TaskStore(tables), TicketStore(tables), launcher, clock=lambda: clock["now"]
-        )
+        beat = Heartbeat(users_store, plans, tasks, TicketStore(tables), launcher, clock=lambda: clock["now"])
         groups = {n: [f"user-{n}-{i:04d}" for i in range(count)] for n in (1, 2)}
         for user in groups[1] + groups[2]:
             users_store.update_loop_settings(

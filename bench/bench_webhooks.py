@@ -42,6 +42,7 @@ from steward.local.moto_server import MotoServer
 from steward.services.webhooks import WebhookReceiver
 from steward.wiring import Services
 
+from bench.bench_cold_imports import import_ratio
 from tests.support.documents import document
 from tests.support.github_payloads import (
     REPO,
@@ -201,5 +202,10 @@ def main(count: int) -> None:
         wiring.reset()
 
 
+def cold_import() -> None:
+    print(import_ratio("steward.webhook_handler"))
+
+
 if __name__ == "__main__":
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 50)
+    cold_import()

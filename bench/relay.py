@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -43,6 +42,7 @@ from steward.domain.models import utcnow
 from steward.local.moto_server import MotoServer
 from steward.wiring import Services
 
+from bench.bench_cold_imports import import_ratio
 from tests.support.relay import RelayKit, ask, build_relay
 
 ROUNDS = 300
@@ -169,42 +169,6 @@ def share_before_first_402(kit: RelayKit) -> None:
     )
 
 
-def import_ratio() -> None:
-    def timed(statement: str) -> float:
-        runs = []
-        for _ in range(5):
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-            )
-            runs.append(float(out.stdout))
-        return statistics.median(runs)
-
-    boto = timed("import boto3")
-    relay = timed("import steward.relay_handler")
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, steward.relay_handler; print(sorted(m for m in ('githubkit', 'httpx', 'steward.cli') if m in sys.modules))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    print(
-        f"import steward.relay_handler: {relay * 1000:.0f} ms; import boto3: {boto * 1000:.0f} ms; "
-        f"ratio (aim <= 1.5): {relay / boto:.2f}; heavy modules loaded: {loaded}"
-    )
-
-
 def main() -> None:
     os.environ.update(
         {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -215,7 +179,7 @@ def main() -> None:
         requests_per_call(kit_on(moto, "count-"))
         throughput(kit_on(moto, "speed-"))
         share_before_first_402(kit_on(moto, "share-"))
-    import_ratio()
+    print(import_ratio("steward.relay_handler"))
 
 
 if __name__ == "__main__":

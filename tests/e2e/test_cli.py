@@ -22,6 +22,7 @@ import pytest
 from tests.support.documents import document
 
 STEWARD = [sys.executable, "-m", "steward.cli"]
+RESYNC_SECONDS = 3  # the module's stack looks at GitHub for review tasks this often
 
 
 def run(state_file: Path, *args: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -42,7 +43,7 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subproc
     state_file = tmp_path_factory.mktemp("cli") / "local.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
     process = subprocess.Popen(
-        [*STEWARD, "--state-file", str(state_file), "local", "up"],
+        [*STEWARD, "--state-file", str(state_file), "local", "up", "--resync-seconds", str(RESYNC_SECONDS)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -140,14 +141,9 @@ def test_local_capability_drives_the_relay_from_outside(local_up: tuple[subproce
     assert set(statuses[:-1]) == {200}
 
 
-def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
-    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
-) -> None:
-    """The whole GitHub path of the local stack: a runtime's capability buys a scoped
-    installation token, a branch is pushed over smart HTTP with it, a pull request is opened,
-    the twin's signed webhook moves the task to review, and a reviewer's merge (the CLI
-    acting on the twin) moves it to merged."""
-    _, state_file = local_up
+def opened_pull_request(state_file: Path, tmp_path: Path) -> tuple[str, int, str]:
+    """A runtime's work on the twin, done by hand: capability -> scoped GitHub token ->
+    branch pushed over smart HTTP -> pull request opened. (task id, number, html url)"""
     state = json.loads(state_file.read_text())
     fixture = json.loads(
         run(
@@ -188,7 +184,7 @@ def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
     clone_url = state["repos"][repo]["clone_url"]
     subprocess.run(["git", "clone", "-q", clone_url, str(clone)], env=git_env, check=True, timeout=60)
     branch = "steward/" + task_id[1:]
-    (clone / "NOTES.md").write_text("a change\n")
+    (clone / "NOTES.md").write_text(f"a change for {task_id}\n")
     for args in (
         ["checkout", "-q", "-b", branch],
         ["add", "-A"],
@@ -206,6 +202,20 @@ def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
     assert opened.status_code == 201, opened.text
     number = opened.json()["number"]
 
+    return task_id, number, str(opened.json()["html_url"])
+
+
+def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """The whole GitHub path of the local stack: a runtime's capability buys a scoped
+    installation token, a branch is pushed over smart HTTP with it, a pull request is opened,
+    the twin's signed webhook moves the task to review, and a reviewer's merge (the CLI
+    acting on the twin) moves it to merged."""
+    _, state_file = local_up
+    state = json.loads(state_file.read_text())
+    task_id, number, html_url = opened_pull_request(state_file, tmp_path)
+    repo = "steward-demo/calculator"
     alice = {"Authorization": f"Bearer {state['users']['alice']}"}
 
     def status() -> str:
@@ -223,11 +233,52 @@ def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
     while status() != "merged" and time.monotonic() < deadline:
         time.sleep(0.2)
     task = httpx.get(f"{state['api_url']}/v1/tasks/{task_id}", headers=alice, timeout=30).json()
-    assert (task["status"], task["pr_url"]) == ("merged", opened.json()["html_url"])
+    assert (task["status"], task["pr_url"]) == ("merged", html_url)
     events = httpx.get(f"{state['api_url']}/v1/tasks/{task_id}/events", headers=alice, timeout=30).json()[
         "events"
     ]
     assert [e["type"] for e in events].count("github_event") == 2
+
+
+def test_a_merge_whose_webhook_is_withheld_reaches_merged_through_resync(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """GitHub loses the merge's webhook (`steward local github withhold on`): the loop's
+    resync finds the merge on the twin within the period and moves the task to merged."""
+    _, state_file = local_up
+    state = json.loads(state_file.read_text())
+    alice = {"Authorization": f"Bearer {state['users']['alice']}"}
+    httpx.put(f"{state['api_url']}/v1/loop", json={"interval_seconds": 1}, headers=alice, timeout=30)
+    task_id, number, _ = opened_pull_request(state_file, tmp_path)
+
+    def task() -> dict[str, object]:
+        found: dict[str, object] = httpx.get(
+            f"{state['api_url']}/v1/tasks/{task_id}", headers=alice, timeout=30
+        ).json()
+        return found
+
+    deadline = time.monotonic() + 20
+    while task()["status"] != "review" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert task()["status"] == "review"
+    withheld = run(state_file, "local", "github", "withhold", "on")
+    assert (withheld.returncode, withheld.stdout.strip()) == (0, "webhooks withheld"), withheld.stderr
+    try:
+        assert (
+            run(state_file, "local", "github", "merge", f"steward-demo/calculator#{number}").returncode == 0
+        )
+        deadline = time.monotonic() + RESYNC_SECONDS + 30
+        while task()["status"] != "merged" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert task()["status"] == "merged"
+    finally:
+        delivered = run(state_file, "--json", "local", "github", "withhold", "off")
+        assert json.loads(delivered.stdout) == {"withholding": False}
+    events = httpx.get(f"{state['api_url']}/v1/tasks/{task_id}/events", headers=alice, timeout=30).json()[
+        "events"
+    ]
+    sources = [e["data"].get("source") for e in events if e["type"] == "github_event"]
+    assert sources[-1] == "resync"
 
 
 def test_sigterm_stops_everything_and_removes_the_state_file(

@@ -1,6 +1,6 @@
 """Runtime capabilities: ES256 JWTs signed by a KMS key (moto, in-process), verified with the
 public key only; the ticket exchange that mints them after checking durable state; and the
-mint Lambda behind the local HTTP adapter (DESIGN sections 5 and 6)."""
+runtime Lambda behind the local HTTP adapter (DESIGN sections 5 and 6)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
     load_der_public_key,
 )
-from steward import mint_handler, wiring
+from steward import runtime_handler, wiring
 from steward.adapters.capability_signer import CapabilityVerifier, KmsCapabilitySigner, kms_client
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
@@ -504,7 +504,7 @@ def test_ten_threads_exchanging_one_ticket_get_exactly_one_capability(
     assert verifier.verify(str(won[0]["capability"])).task_id == task.id
 
 
-# ---- the mint Lambda over HTTP
+# ---- the runtime Lambda over HTTP
 
 
 @pytest.fixture
@@ -514,7 +514,7 @@ def endpoint(services: Services, key_id: str, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("STEWARD_CAPABILITY_LIFETIME", "900")
     wiring.reset()
     with LambdaHttpServer(
-        mint_handler.lambda_handler, kind="http_api", function_name="steward-mint"
+        runtime_handler.lambda_handler, kind="http_api", function_name="steward-runtime"
     ) as server:
         yield server
     wiring.reset()

@@ -152,6 +152,26 @@ def test_a_wrong_app_key_is_refused_without_leaking(twin: GitHubTwin, installati
 # ---- pull requests
 
 
+def test_observing_a_pull_request_is_conditional(
+    twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: Path
+) -> None:
+    branch = "steward/bbbbbbbbbbbbbbbbbbbbbbbb"
+    none = app.observe_pull(installation, REPO, branch)
+    assert (none.changed, none.pull) == (True, None)
+    assert none.etag
+    push_branch(twin, app, installation, tmp_path, branch)
+    opened = app.open_pull(installation, REPO, head=branch, base="main", title="Change", body="Body")
+    seen = app.observe_pull(installation, REPO, branch, etag=none.etag)
+    assert (seen.changed, seen.pull) == (True, opened)
+    unchanged = app.observe_pull(installation, REPO, branch, etag=seen.etag)
+    assert (unchanged.changed, unchanged.pull, unchanged.etag) == (False, None, seen.etag)  # a 304
+    twin.merge(REPO, opened.number)
+    merged = app.observe_pull(installation, REPO, branch, etag=seen.etag)
+    assert merged.changed
+    assert merged.pull is not None
+    assert (merged.pull.state, merged.pull.merged) == ("closed", True)
+
+
 def test_open_find_and_reuse_on_422(
     twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: Path
 ) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from steward import mint_handler, wiring
+from steward import runtime_handler, wiring
 from steward.adapters.capability_signer import CapabilityVerifier, KmsCapabilitySigner, kms_client
 from steward.adapters.git import GitError, remote_git
 from steward.adapters.github import GitHubApp, GitHubError
@@ -179,6 +179,17 @@ def test_a_task_that_is_not_running_is_409(kit: Kit) -> None:
     assert caught.value.status == 409
 
 
+def test_a_superseded_task_gets_no_token(kit: Kit) -> None:
+    task = kit.task()
+    kit.link()
+    assert kit.tokens.issue(f"Bearer {kit.capability(task)}")["token"]
+    kit.services.plans.publish("alice", "demo", document("Change the thing, differently", repo=REPO))
+    kit.services.plans.confirm("alice", "demo")
+    with pytest.raises(LifecycleError, match="cancelled") as refused:
+        kit.tokens.issue(f"Bearer {kit.capability(task)}")
+    assert refused.value.status == 409
+
+
 @pytest.mark.parametrize("case", ["none", "suspended", "without the repo", "another user's"])
 def test_no_live_installation_holding_the_repo_is_403(kit: Kit, case: str) -> None:
     task = kit.task()
@@ -203,7 +214,7 @@ def test_an_installation_github_no_longer_has_is_a_502_without_a_token(kit: Kit)
     assert "ghs_" not in str(caught.value)
 
 
-# ---- the route in the mint Lambda
+# ---- the route in the runtime Lambda
 
 
 @pytest.fixture
@@ -215,7 +226,7 @@ def endpoint(kit: Kit, monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaHttpSe
     monkeypatch.setenv("STEWARD_GITHUB_API_URL", kit.twin.url)
     wiring.reset()
     with LambdaHttpServer(
-        mint_handler.lambda_handler, kind="http_api", function_name="steward-mint"
+        runtime_handler.lambda_handler, kind="http_api", function_name="steward-runtime"
     ) as server:
         yield server
     wiring.reset()
@@ -271,10 +282,8 @@ def test_the_route_maps_refusals_to_json_errors(kit: Kit, endpoint: LambdaHttpSe
     assert too_big.status_code == 413
 
 
-def test_the_mint_lambda_loads_no_github_client_until_a_token_is_asked_for() -> None:
-    # The ticket exchange shares the mint's cold start; githubkit costs it ~150 ms.
-    code = (
-        "import sys, steward.mint_handler; print(sorted(m for m in sys.modules if m.startswith('githubkit')))"
-    )
+def test_the_runtime_lambda_loads_no_github_client_until_a_token_is_asked_for() -> None:
+    # The ticket exchange shares the runtime function's cold start; githubkit costs it ~150 ms.
+    code = "import sys, steward.runtime_handler; print(sorted(m for m in sys.modules if m.startswith('githubkit')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

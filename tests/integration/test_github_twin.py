@@ -795,6 +795,30 @@ def test_reordered_deliveries_are_held_until_flush(twin: GitHubTwin, receiver: R
     assert len(admin.deliveries(twin.url)) == len(twin.deliveries)
 
 
+def test_withheld_deliveries_are_recorded_never_sent_until_redelivered(
+    twin: GitHubTwin, receiver: Receiver, seeded: int
+) -> None:
+    twin.wait_for_deliveries()
+    start, recorded = len(receiver.received), len(twin.deliveries)
+    assert admin.withhold(twin.url, True) is True
+    twin.suspend(seeded)
+    twin.suspend(seeded, False)
+    twin.wait_for_deliveries()
+    assert receiver.received[start:] == []  # lost, as a delivery GitHub could not make
+    withheld = twin.deliveries[recorded:]
+    assert [(d.action, d.status, d.error) for d in withheld] == [
+        ("suspend", None, "withheld"),
+        ("unsuspend", None, "withheld"),
+    ]
+    assert admin.withhold(twin.url, False) is False
+    twin.suspend(seeded)  # later events are sent again
+    twin.redeliver(withheld[1].delivery_id)  # and a withheld one can be redelivered
+    twin.wait_for_deliveries()
+    got = receiver.received[start:]
+    assert [json.loads(r.body)["action"] for r in got] == ["suspend", "unsuspend"]
+    assert got[1].headers["x-github-delivery"] == withheld[1].delivery_id
+
+
 def test_dropped_response_after_pr_create_leaves_the_pull_request(
     twin: GitHubTwin, seeded: int, tmp_path: Path
 ) -> None:

@@ -254,14 +254,8 @@ def test_retryable_failure_is_retried_with_the_next_attempt(loop: Loop) -> None:
     assert loop.services.plans.get("alice", "demo").status is PlanStatus.COMPLETED
 
 
-def scheduled_ticks(loop: Loop) -> list[str]:
-    """Tick every user the scheduler would send (the liveness index); return who spawned."""
-    loop.clock.advance(2)
-    live = list(LivenessIndex(loop.services.tables).all_live_users())
-    return [spawned for user in live for spawned in loop.heartbeat.tick(user).spawned]
-
-
-def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(loop: Loop) -> None:
+def one_failed_task(loop: Loop) -> Task:
+    """A confirmed one-item plan whose only task failed for good."""
     confirmed(loop, "A", max_attempts=1)
     tick(loop)
     [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
@@ -270,6 +264,18 @@ def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(lo
         first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
     )
     loop.tasks.project_item(failed, now=loop.clock())
+    return failed
+
+
+def scheduled_ticks(loop: Loop) -> list[str]:
+    """Tick every user the scheduler would send (the liveness index); return who spawned."""
+    loop.clock.advance(2)
+    live = list(LivenessIndex(loop.services.tables).all_live_users())
+    return [spawned for user in live for spawned in loop.heartbeat.tick(user).spawned]
+
+
+def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(loop: Loop) -> None:
+    failed = one_failed_task(loop)
     plans = loop.heartbeat.plans
     real = plans.all_for_user
 
@@ -296,14 +302,7 @@ def test_a_retry_during_a_held_lease_keeps_the_user_live_and_spawns_next_tick(lo
 def test_a_pull_request_reviving_a_failed_task_during_a_held_lease_still_completes_its_plan(
     loop: Loop,
 ) -> None:
-    confirmed(loop, "A", max_attempts=1)
-    tick(loop)
-    [first] = [loop.tasks.get(str(t["task_id"])) for t in all_tasks(loop)]
-    assert first is not None
-    failed, _ = loop.tasks.transition(
-        first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
-    )
-    loop.tasks.project_item(failed, now=loop.clock())
+    failed = one_failed_task(loop)
     tasks = loop.heartbeat.tasks
     real = tasks.live_for_user
     revived: list[Task] = []
@@ -347,11 +346,107 @@ def test_an_item_edited_while_its_task_runs_becomes_new_work_after_reapproval(lo
     tick(loop)
     loop.services.plans.publish("alice", "demo", document("Edited text"))
     assert tick(loop) in (Outcome.WORKED, Outcome.NO_PROGRESS)
-    assert len(all_tasks(loop)) == 1  # awaiting confirmation: nothing new
+    assert len(all_tasks(loop)) == 1  # awaiting confirmation: nothing new, nothing cancelled
+    assert all_tasks(loop)[0]["status"] == "queued"
     loop.services.plans.confirm("alice", "demo")
     assert tick(loop) is Outcome.WORKED
     revisions = sorted((int(t["revision"]), t["status"]) for t in all_tasks(loop))
-    assert revisions == [(1, "queued"), (2, "queued")]  # the approved old task runs on
+    assert revisions == [(1, "cancelled"), (2, "queued")]  # the old revision is superseded
+
+
+def edited_while(loop: Loop, status: TaskStatus) -> Task:
+    """Alice's "Original text" task (revision 1) brought to `status`, a second item's task
+    queued beside it; then she edits the first item (not yet confirmed)."""
+    confirmed(loop, "Original text", "Untouched")
+    tick(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    task = loop.tasks.get(plan.active_items[0].task_id or "")
+    assert task is not None
+    now = loop.clock()
+    path = {
+        TaskStatus.QUEUED: [],
+        TaskStatus.RUNNING: [TaskStatus.RUNNING],
+        TaskStatus.REVIEW: [TaskStatus.RUNNING, TaskStatus.REVIEW],
+        TaskStatus.FAILED: [TaskStatus.RUNNING, TaskStatus.FAILED],
+    }[status]
+    for step in path:
+        if step is TaskStatus.RUNNING:
+            task = loop.tasks.claim(task, runtime_id="r1", now=now, deadline=now + timedelta(hours=1))
+        else:
+            task, _ = loop.tasks.transition(
+                task, step, now=now, event=step.value, classification="final", extra={"pr_number": 1}
+            )
+        loop.tasks.project_item(task, now=now)
+    loop.services.plans.publish("alice", "demo", document("Edited text", "Untouched"))
+    return task
+
+
+# (status of the revision-1 task when the edit is confirmed, its status after the confirm)
+SUPERSEDED = [
+    (TaskStatus.QUEUED, TaskStatus.CANCELLED),
+    (TaskStatus.RUNNING, TaskStatus.CANCELLED),
+    (TaskStatus.REVIEW, TaskStatus.REVIEW),  # keeps its pull request
+    (TaskStatus.FAILED, TaskStatus.FAILED),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), SUPERSEDED, ids=[b.value for b, _ in SUPERSEDED])
+def test_confirming_an_edited_item_cancels_its_live_task_and_the_new_revision_spawns_next_tick(
+    loop: Loop, before: TaskStatus, after: TaskStatus
+) -> None:
+    old = edited_while(loop, before)
+    untouched = loop.services.plans.get("alice", "demo").active_items[1].task_id
+    with count_requests(loop.services.tables) as requests:
+        loop.services.plans.confirm("alice", "demo")
+    fenced = loop.tasks.get(old.id)
+    assert fenced is not None
+    assert fenced.status is after
+    if after is TaskStatus.CANCELLED:
+        assert (fenced.reason, fenced.classification) == ("superseded", "final")
+        # the approval (one transaction, read back), then the old task read and cancelled
+        assert dict(requests) == {"TransactWriteItems": 2, "GetItem": 2}
+    else:
+        assert dict(requests) == {"TransactWriteItems": 1, "GetItem": 2}
+    assert loop.tasks.get(untouched or "").status is TaskStatus.QUEUED  # type: ignore[union-attr]
+
+    stops = len(loop.ecs.stops)
+    assert tick(loop) is Outcome.WORKED
+    plan = loop.services.plans.get("alice", "demo")
+    new = loop.tasks.get(plan.active_items[0].task_id or "")
+    assert new is not None
+    assert (new.revision, new.attempt, new.status, new.title) == (2, 1, TaskStatus.QUEUED, "Edited text")
+    assert loop.tasks.get(old.id).status is after  # type: ignore[union-attr]
+    # a cancelled runtime is stopped before its successor starts; a review task has none
+    stopped = {s["task"] for s in loop.ecs.stops[stops:]}
+    assert stopped == ({fenced.launch_ref} if after is TaskStatus.CANCELLED else set())
+    one_task_per_attempt(loop)
+    assert tick(loop) is Outcome.NO_PROGRESS
+
+
+def test_a_crash_between_the_confirm_and_its_cancel_is_converged_by_the_next_tick(
+    loop: Loop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = edited_while(loop, TaskStatus.RUNNING)
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the API Lambda died after the confirm")
+
+    monkeypatch.setattr(loop.services.plans.tasks, "transition", crash)
+    plan = loop.services.plans.confirm("alice", "demo")
+    monkeypatch.undo()
+    assert plan.status is PlanStatus.CONFIRMED  # the approval is durable
+    assert loop.tasks.get(old.id).status is TaskStatus.RUNNING  # type: ignore[union-attr]
+
+    assert tick(loop) is Outcome.WORKED
+    fenced = loop.tasks.get(old.id)
+    assert fenced is not None
+    assert (fenced.status, fenced.reason) == (TaskStatus.CANCELLED, "superseded")
+    assert fenced.launch_ref in {s["task"] for s in loop.ecs.stops}
+    revisions = sorted(
+        (int(t["revision"]), t["status"]) for t in all_tasks(loop) if t["item_key"] == old.item_key
+    )
+    assert revisions == [(1, "cancelled"), (2, "queued")]
+    one_task_per_attempt(loop)
 
 
 def test_plan_completes_and_the_user_leaves_the_liveness_index(loop: Loop) -> None:

@@ -1,6 +1,7 @@
 """The local launcher's process handling (one process per task, the ticket only in the
-environment, stop kills the group, no zombies) and the runner's refusal to start without
-its variables. What a runtime does once started is tests/integration/test_runner.py."""
+environment, which holds no AWS variable and exactly the runner's settings, stop kills the
+group, no zombies) and the runner's refusal to start without its variables. What a runtime
+does once started is tests/integration/test_runner.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import boto3
 import pytest
+from steward import wiring
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
 from steward.config import Settings
@@ -59,18 +61,8 @@ def backend(moto_url: str, prefix: str) -> Services:
 
 
 @pytest.fixture
-def endpoints(moto_url: str) -> RuntimeEndpoints:
-    return RuntimeEndpoints(
-        api_url="http://127.0.0.1:9/api", relay_url="http://127.0.0.1:9/relay", aws_endpoint_url=moto_url
-    )
-
-
-@pytest.fixture
-def launcher(endpoints: RuntimeEndpoints, prefix: str, tmp_path: Path) -> Iterator[LocalLauncher]:
-    with LocalLauncher(
-        endpoints, extra_env={"STEWARD_TABLE_PREFIX": prefix}, log_dir=tmp_path / "logs"
-    ) as launcher:
-        yield launcher
+def endpoints() -> RuntimeEndpoints:
+    return RuntimeEndpoints(api_url="http://127.0.0.1:9/api", relay_url="http://127.0.0.1:9/relay")
 
 
 @pytest.fixture
@@ -121,28 +113,89 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def test_the_runtime_gets_the_ticket_only_through_its_environment(
-    endpoints: RuntimeEndpoints, prefix: str, task: Task
+def test_the_runtime_gets_the_ticket_only_through_its_environment_and_no_aws_variable(
+    endpoints: RuntimeEndpoints, task: Task, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Whatever this process holds (the local stack sets all of these) stays out.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    with LocalLauncher(endpoints, extra_env={"STEWARD_TABLE_PREFIX": prefix}, command=sleeper) as launcher:
+    bounds = {"STEWARD_RUNNER_HEARTBEAT_SECONDS": "1", "STEWARD_CHECK_WALL_SECONDS": "60"}
+    with LocalLauncher(endpoints, extra_env=bounds, command=sleeper) as launcher:
         ticket = "tk-" + uuid.uuid4().hex
         pid = int(launcher.launch(task, ticket).removeprefix("local:"))
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         assert ticket.encode() not in cmdline
         entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         env = dict(e.decode().split("=", 1) for e in entries if e)
-        assert env["STEWARD_TICKET"] == ticket
-        assert env["STEWARD_TASK_ID"] == task.id
-        assert env["STEWARD_API_URL"] == endpoints.api_url
-        assert env["STEWARD_RELAY_URL"] == endpoints.relay_url
-        assert env["AWS_ENDPOINT_URL"] == endpoints.aws_endpoint_url
-        assert env["STEWARD_TABLE_PREFIX"] == prefix
-        allowed = {"PATH", "HOME", "LANG", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID"}
-        allowed |= {"AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "STEWARD_TABLE_PREFIX"}
-        allowed |= {"STEWARD_TASK_ID", "STEWARD_TICKET", "STEWARD_API_URL", "STEWARD_RELAY_URL"}
-        assert set(env) <= allowed
-        assert env["AWS_ACCESS_KEY_ID"] == "local"
+    copied = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
+    assert env == copied | bounds | {
+        "STEWARD_TASK_ID": task.id,
+        "STEWARD_TICKET": ticket,
+        "STEWARD_API_URL": endpoints.api_url,
+        "STEWARD_RELAY_URL": endpoints.relay_url,
+    }
+    assert [k for k in env if k.startswith("AWS_")] == []
+
+
+def test_the_stacks_launcher_passes_exactly_the_runner_settings(
+    task: Task, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `steward local up` builds it (`steward.wiring.launcher`), from the environment the
+    stack's handlers run with: the runner bounds pass, nothing else of it does."""
+    runner = {
+        "STEWARD_WORK_DIR": str(tmp_path / "work"),
+        "STEWARD_KEEP_WORK": "1",
+        "STEWARD_SANDBOX_UID": "123456",
+        "STEWARD_STREAM_URL": "http://127.0.0.1:9/v1/runtime/stream",
+        "STEWARD_RUNNER_HEARTBEAT_SECONDS": "1",
+        "STEWARD_RUNNER_MAX_TURNS": "12",
+        "STEWARD_CHECK_WALL_SECONDS": "60",
+    }
+    control_plane = {
+        "STEWARD_LAUNCHER": "local",
+        "STEWARD_API_URL": "http://127.0.0.1:9/api",
+        "STEWARD_RELAY_URL": "http://127.0.0.1:9/relay",
+        "STEWARD_TABLE_PREFIX": "local-",
+        "STEWARD_ARTIFACTS_BUCKET": "local-artifacts",
+        "STEWARD_RUNNER_SUBNETS": "subnet-1",
+        "STEWARD_RUNNER_TASK_DEFINITION": "steward-runner:1",
+        "STEWARD_CAPABILITY_KEY_ID": "key",
+        "STEWARD_GITHUB_PRIVATE_KEY": "PEM",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_REGION": "us-east-1",
+    }
+    for name, value in (runner | control_plane).items():
+        monkeypatch.setenv(name, value)
+    wiring.reset()
+    try:
+        launcher = wiring.launcher()
+        assert isinstance(launcher, LocalLauncher)
+        env = launcher.environment(task, "ticket-value")
+    finally:
+        wiring.reset()
+    copied = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
+    assert env == copied | runner | {
+        "STEWARD_TASK_ID": task.id,
+        "STEWARD_TICKET": "ticket-value",
+        "STEWARD_API_URL": "http://127.0.0.1:9/api",
+        "STEWARD_RELAY_URL": "http://127.0.0.1:9/relay",
+    }
+    assert [k for k in env if k.startswith("AWS_")] == []
+    assert "STEWARD_TABLE_PREFIX" not in env
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["AWS_ENDPOINT_URL", "AWS_SECRET_ACCESS_KEY", "STEWARD_TABLE_PREFIX", "STEWARD_RUNNER_SUBNETS", "HOME"],
+)
+def test_a_launcher_refuses_to_pass_anything_but_runner_settings(
+    endpoints: RuntimeEndpoints, name: str
+) -> None:
+    with pytest.raises(ValueError, match=name):
+        LocalLauncher(endpoints, extra_env={name: "x"})
 
 
 def test_launching_twice_while_the_first_runs_starts_one_process(
@@ -164,14 +217,14 @@ def test_launching_twice_while_the_first_runs_starts_one_process(
 @pytest.mark.parametrize(
     "missing", ["STEWARD_TASK_ID", "STEWARD_TICKET", "STEWARD_API_URL", "STEWARD_RELAY_URL"]
 )
-def test_a_missing_variable_exits_2_naming_it(missing: str, moto_url: str) -> None:
+def test_a_missing_variable_exits_2_naming_it(missing: str) -> None:
     values = {
         "STEWARD_TASK_ID": "t-value-1",
         "STEWARD_TICKET": "ticket-value-2",
         "STEWARD_API_URL": "http://api-value-3",
         "STEWARD_RELAY_URL": "http://relay-value-4",
     }
-    env = {"PATH": os.environ.get("PATH", ""), "AWS_ENDPOINT_URL": moto_url, "AWS_DEFAULT_REGION": REGION}
+    env = {"PATH": os.environ.get("PATH", "")}
     env |= {k: v for k, v in values.items() if k != missing}
     done = subprocess.run(
         [sys.executable, "-m", "steward.runner"],

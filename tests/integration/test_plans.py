@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from steward.domain.errors import Conflict, LifecycleError, NotFound
-from steward.domain.models import ItemStatus, PlanStatus
+from steward.adapters.dynamo import count_requests
+from steward.domain.errors import Conflict, LifecycleError, NotFound, TooLarge
+from steward.domain.models import Classification, ItemStatus, PlanStatus, TaskStatus, utcnow
 from steward.wiring import Services
 
-from tests.support.documents import document, numbered
+from tests.support.documents import document, largest_document, numbered
 from tests.support.plans import spawn_item
 
 
@@ -172,3 +175,85 @@ def test_a_hundred_item_plan_near_the_size_limit_fits_one_item(services: Service
     task, created = spawn_item(services, plan, 100)
     assert created
     assert services.plans.get("alice", "big").active_items[99].task_id == task.id
+
+
+def test_a_publish_history_of_removed_long_titles_stays_storable(services: Services) -> None:
+    """Each round publishes ten checkboxes with 24 KB titles, their tasks spawn, and the next
+    publish deletes them: kept whole, the removed titles would pass 400 KB by round three."""
+    for n in range(4):
+        titles = [f"Round {n} item {k} " + "t" * 24_000 for k in range(10)]
+        services.plans.publish("alice", "history", document("Anchor", *titles))
+        plan = services.plans.confirm("alice", "history")
+        for ordinal in range(2, 12):
+            spawn_item(services, plan, ordinal)
+        services.plans.publish("alice", "history", document("Anchor"))  # kept whole: a 500 by round 2
+    stored = services.tables.table_by_name("plans").get_item(
+        Key={"user": "alice", "slug": "history"}, ConsistentRead=True
+    )["Item"]
+    assert len(json.dumps(stored, default=str).encode()) < 100_000
+    removed = [i for i in services.plans.get("alice", "history").items if i.removed]
+    assert removed  # history: the latest removals, with their tasks
+    assert all(i.task_id for i in removed)
+
+
+def tabbed(lines: int, tabs: int) -> str:
+    """Details whose indentation is tabs: each expands to four columns once stored."""
+    return "\n".join(["Do it like this:", *(("\t" * tabs) + "and so on" for _ in range(lines))])
+
+
+# (case, document, field the refusal names, words its message must hold)
+UNSTORABLE = [
+    (
+        "one checkbox whose tab-indented details expand past an item's limit",
+        document("Expand me\n" + tabbed(110, 1000)),
+        "items[1]",
+        ("checkbox 1", "tabs", "bytes"),
+    ),
+    (
+        "a hundred checkboxes that together expand past what one plan item can hold",
+        document(*(f"Item {n}\n" + tabbed(4, 500) for n in range(100))),
+        "markdown",
+        ("stored", "bytes", "tabs"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "markdown", "field", "words"), UNSTORABLE, ids=[c[0] for c in UNSTORABLE])
+def test_a_document_that_cannot_be_stored_is_refused_before_any_write(
+    services: Services, case: str, markdown: str, field: str, words: tuple[str, ...]
+) -> None:
+    assert len(markdown.encode()) <= 256 * 1024, case  # a valid document by every other rule
+    with count_requests(services.tables) as requests, pytest.raises(TooLarge) as refused:
+        services.plans.publish("alice", "fresh", markdown)
+    assert (refused.value.status, refused.value.field) == (413, field), case
+    assert all(word in refused.value.message for word in words), refused.value.message
+    assert "PutItem" not in requests, case
+    with pytest.raises(NotFound):
+        services.plans.get("alice", "fresh")
+
+    services.plans.publish("alice", "kept", document("Alpha", "Beta"))
+    before = services.plans.confirm("alice", "kept")
+    with count_requests(services.tables) as requests, pytest.raises(TooLarge):
+        services.plans.publish("alice", "kept", markdown)
+    assert set(requests) <= {"GetItem"}, case  # at most read and judged: nothing written
+    assert services.plans.get("alice", "kept") == before
+
+
+def test_a_hundred_item_document_at_the_size_limit_is_stored_and_spawns(services: Services) -> None:
+    """The largest document the parser accepts (no tabs), front matter near its own limit:
+    stored, confirmed, spawned, projected (the room every later write needs is checked in
+    `tests/unit/test_identity.py`)."""
+    markdown = largest_document()
+    assert len(markdown.encode()) == 256 * 1024
+    plan = services.plans.publish("alice", "max", markdown)
+    assert len(plan.active_items) == 100
+    plan = services.plans.confirm("alice", "max")
+    for ordinal in (1, 100):
+        task, created = spawn_item(services, plan, ordinal)
+        assert created
+        failed = task.model_copy(
+            update={"status": TaskStatus.FAILED, "classification": Classification.RETRYABLE}
+        )
+        assert services.tasks.tasks.project_item(failed, now=utcnow())
+    stored = services.plans.get("alice", "max")
+    assert [i.last_classification for i in stored.active_items if i.task_id] == ["retryable"] * 2

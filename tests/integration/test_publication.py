@@ -31,7 +31,7 @@ from steward.adapters.github import GitHubApp, GitHubError
 from steward.adapters.runtime_api import RuntimeApi
 from steward.adapters.task_store import TaskStore
 from steward.config import Settings
-from steward.domain.models import Task, utcnow
+from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.redaction import Redactor, redact
 from steward.local.github_twin import GitHubTwin
 from steward.local.moto_serial import install_dynamodb_lock
@@ -116,7 +116,11 @@ class Kit:
         return clone
 
     def publisher(self, app: GitHubApp | None = None, *, upload: bool = False) -> Publisher:
-        return Publisher(app or self.app, TaskStore(self.services.tables), self.artifacts if upload else None)
+        return Publisher(app or self.app, self.status_of, self.artifacts if upload else None)
+
+    def status_of(self, task_id: str) -> TaskStatus | None:
+        task = TaskStore(self.services.tables).get(task_id)
+        return None if task is None else task.status
 
     def publish(
         self,
@@ -431,6 +435,35 @@ def test_a_task_cancelled_after_the_push_gets_no_pull_request(kit: Kit) -> None:
     assert (caught.value.stage, caught.value.reason) == ("recheck_pull_request", "cancelled")
     assert kit.branch() is not None
     assert kit.pull_numbers() == []
+
+
+def test_a_superseded_task_opens_no_second_pull_request(kit: Kit) -> None:
+    clone = kit.worked_clone("old")
+    # the person edits the item while its task runs, and confirms the new revision
+    kit.services.plans.publish("alice", "demo", document("Greet the world very politely", repo=REPO))
+    plan = kit.services.plans.confirm("alice", "demo")
+    with pytest.raises(PublishError) as caught:
+        kit.publish(clone)
+    assert (caught.value.stage, caught.value.reason) == ("recheck_push", "cancelled")
+    assert kit.branch() is None
+    # the new revision's task publishes the one pull request of the checkbox
+    spawned, created = spawn_item(kit.services, plan, 1)
+    assert created
+    assert spawned.revision == 2
+    now = utcnow()
+    new = kit.services.tasks.tasks.claim(spawned, runtime_id="r2", now=now, deadline=now + timedelta(hours=1))
+    kit.publisher().publish(
+        new,
+        kit.worked_clone("new"),
+        installation_id=kit.installation,
+        summary="Made the greeting very polite.",
+        checks=CHECKS,
+        cost_usd=Decimal("0.01"),
+        token_provider=kit.tokens,
+    )
+    assert len(kit.pull_numbers()) == 1
+    [pull] = kit.twin.pulls(REPO)
+    assert pull["head"]["ref"] == new.branch
 
 
 def push_foreign(kit: Kit, *, email: str, message: str) -> str:

@@ -32,6 +32,7 @@ from steward.local.http_adapter import LambdaHttpServer
 from steward.services.reaper import Reaper
 from steward.wiring import Services
 
+from tests.support.documents import document
 from tests.support.relay import RelayKit, ask, build_relay
 
 
@@ -189,27 +190,22 @@ def test_a_cancelled_task_refuses_its_capability(kit: RelayKit) -> None:
     assert kit.spent(task) == (Decimal(0), Decimal(0))
 
 
-def test_a_provider_reporting_more_than_reserved_is_recorded_as_is(
-    kit: RelayKit, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A misbehaving provider (its usage exceeds what the request could produce): the truth is
-    charged and flagged for the alarm metric, never silently capped."""
-    from steward.adapters.providers.base import ProviderResult  # noqa: PLC0415
-    from steward.domain.budget import Usage  # noqa: PLC0415
-
-    class Liar:
-        def converse(self, request: object, *, max_tokens: int) -> ProviderResult:
-            return ProviderResult(
-                response={"output": {"message": {"role": "assistant", "content": []}}},
-                usage=Usage(10**6, 10**6),
-            )
-
-    monkeypatch.setattr(kit.relay, "provider_for", lambda model, entry: Liar())
-    task = kit.running_task(budget="1.00")
-    outcome = kit.call(task)
-    assert outcome.overspent
-    cost, committed = kit.spent(task)
-    assert cost == committed == outcome.cost_usd == Decimal(6)  # 1M input at $1 + 1M output at $5
+def test_a_superseded_task_refuses_its_capability(kit: RelayKit) -> None:
+    task = kit.running_task(slug="edited")
+    token = kit.capability(task)
+    # the person edits the item and confirms the new revision
+    markdown = document("Use the model, differently").replace(
+        "checks:", 'model: scripted\nbudget_usd: "1.00"\nchecks:'
+    )
+    kit.services.plans.publish("alice", "edited", markdown)
+    kit.services.plans.confirm("alice", "edited")
+    with pytest.raises(LifecycleError) as refused:
+        kit.call(task, token=token)
+    assert refused.value.status == 409
+    stored = kit.services.tasks.tasks.get(task.id)
+    assert stored is not None
+    assert (stored.status, stored.reason) == (TaskStatus.CANCELLED, "superseded")
+    assert kit.spent(task) == (Decimal(0), Decimal(0))
 
 
 def test_the_relay_lambda_answers_429_with_retry_after_over_http(

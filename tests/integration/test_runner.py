@@ -20,7 +20,10 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+from steward import wiring
 from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
+from steward.domain.models import Task
+from steward.local.launcher import LocalLauncher
 from steward.local.sample_repo import SAMPLE_REPO
 from steward.local.stack import LocalStack
 
@@ -67,6 +70,7 @@ PLAYS = [
             VERIFY,
         ],
     },
+    {"match": "PLAY-token-in-title", "summary": "Adds subtract.", "steps": [SUBTRACT, DONE, VERIFY]},
     {"match": "PLAY-hallucinating", "steps": [{"tool": "delete_repository", "input": {}}], "loop_from": 0},
     {
         "match": "PLAY-spender",
@@ -218,11 +222,28 @@ def assert_no_credentials(artifacts: ArtifactStore, task_id: str) -> None:
 
 
 def test_a_run_publishes_a_pull_request_with_every_artifact(
-    stack: LocalStack, alice: Alice, artifacts: ArtifactStore
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The runtime's environment as the stack's launcher builds it for this very launch.
+    launcher = wiring.launcher()
+    assert isinstance(launcher, LocalLauncher)
+    launched: list[dict[str, str]] = []
+
+    def environment(task: Task, ticket: str) -> dict[str, str]:
+        env = LocalLauncher.environment(launcher, task, ticket)
+        launched.append(env)
+        return env
+
+    monkeypatch.setattr(launcher, "environment", environment)
     (task_id,) = start(alice, "run-success", "PLAY-success: add subtract")
     task = settled(alice, task_id)
     assert task["status"] == "review", task["reason"]
+    # It ran to review with no AWS variable at all: every write went through the runtime routes.
+    (env,) = [e for e in launched if e["STEWARD_TASK_ID"] == task_id]
+    assert [k for k in env if k.startswith("AWS_")] == []
+    assert "STEWARD_TABLE_PREFIX" not in env
+    assert "STEWARD_ARTIFACTS_BUCKET" not in env
+    assert env["STEWARD_RUNNER_HEARTBEAT_SECONDS"] == "1"
     assert task["pr_url"]
     number = int(task["pr_url"].rsplit("/", 1)[1])
     pull = stack.twin.pull(SAMPLE_REPO, number)
@@ -243,6 +264,39 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
     assert all(s["status"] == "ok" and "duration_s" in s for s in bootstrap["stages"])
     assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
     assert "passed" in (artifacts.read_text(task_id, SCREEN_NAME) or "")
+    assert_no_credentials(artifacts, task_id)
+    # The artifacts went up by presigned PUTs, whose URLs (credentials) the runtime never logs.
+    log = (stack.state_dir / "runs" / f"{task_id}.log").read_text()
+    assert "/v1/runtime/artifacts/harness.json" in log
+    assert "X-Amz-Signature" not in log
+    assert not CREDENTIAL.search(log)
+
+
+def test_a_run_whose_title_carries_a_github_token_completes_through_the_relay(
+    alice: Alice, artifacts: ArtifactStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay refuses a body carrying a GitHub token; the runner redacts the task's own text
+    (and every tool result) before the model sees it, so none of its calls is refused and the
+    provider never sees the token. (The stack's relay runs in this process: the scripted
+    provider's requests are watched here.)"""
+    from steward.adapters.providers.scripted import ScriptedProvider  # noqa: PLC0415
+    from steward.domain.converse import wire  # noqa: PLC0415
+
+    seen: list[str] = []
+    original = ScriptedProvider.converse
+
+    def watched(self: ScriptedProvider, request: Any, *, max_tokens: int) -> Any:
+        seen.append(json.dumps(wire(request)))
+        return original(self, request, max_tokens=max_tokens)
+
+    monkeypatch.setattr(ScriptedProvider, "converse", watched)
+    token = "ghs_" + "T0k3nInT1tle" * 3
+    (task_id,) = start(alice, "run-token-title", f"PLAY-token-in-title: add subtract, rotating {token}")
+    task = settled(alice, task_id)
+    assert task["status"] == "review", task["reason"]
+    mine = [request for request in seen if "PLAY-token-in-title" in request]
+    assert len(mine) >= 4  # edit, end of edit, verify, summary: every call admitted
+    assert not [request for request in mine if token in request]
     assert_no_credentials(artifacts, task_id)
 
 
@@ -360,8 +414,6 @@ def test_a_runtime_with_an_unknown_or_used_ticket_exits_without_side_effects(
         "STEWARD_TICKET": "used-or-unknown-ticket-value",
         "STEWARD_API_URL": stack.state["api_url"],
         "STEWARD_RELAY_URL": stack.state["relay_url"],
-        "AWS_ENDPOINT_URL": stack.state["aws_endpoint_url"],
-        "AWS_DEFAULT_REGION": stack.state["region"],
     }
     done = subprocess.run(
         [sys.executable, "-m", "steward.runner"],

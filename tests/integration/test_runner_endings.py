@@ -1,24 +1,35 @@
-"""How a run ends, against in-process moto: artifacts fail closed when redaction cannot be
-guaranteed, and a task that is no longer the runtime's is never written again."""
+"""How a run ends, against in-process moto and the runtime Lambda's routes behind the local
+HTTP adapter (the run's events and ending go through them with a KMS-signed capability; its
+artifacts go to the store directly, as the e2e runs upload them by presigned PUTs): artifacts
+fail closed when redaction cannot be guaranteed, and a task that is no longer the runtime's
+is never written again."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from steward import runtime_handler, wiring
 from steward.adapters.artifact_store import SCREEN_NAME
+from steward.adapters.capability_signer import KmsCapabilitySigner, kms_client
 from steward.adapters.runtime_api import RuntimeApi
+from steward.config import Settings
+from steward.domain.capability import capability_claims
 from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
+from steward.local.http_adapter import LambdaHttpServer
 from steward.runner.config import RunnerConfig
-from steward.runner.main import RedactingFilter
+from steward.runner.main import QuerylessUrls, RedactingFilter
 from steward.runner.run import Run
 from steward.wiring import Services
 
+from tests.conftest import REGION
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item
 
@@ -41,16 +52,46 @@ def running(services: Services) -> Task:
     return services.tasks.tasks.claim(task, runtime_id="r1", now=now, deadline=now)
 
 
-def make_run(services: Services, task: Task, redactor: Redactor) -> Run:
-    config = RunnerConfig(task_id=task.id, ticket="ticket-value", api_url="http://x", relay_url="http://x")
+class Control:
+    """The runtime routes, and capabilities for them."""
+
+    def __init__(self, url: str, signer: KmsCapabilitySigner) -> None:
+        self.url = url
+        self.signer = signer
+
+    def capability(self, task: Task) -> str:
+        claims = capability_claims(
+            sub=task.user, task_id=task.id, model_id=task.model, max_budget_usd=task.budget_usd, now=utcnow()
+        )
+        return self.signer.mint(claims)
+
+
+@pytest.fixture
+def control(services: Services, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Control]:
+    kms = kms_client(region_name=REGION)
+    key_id = str(kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256")["KeyMetadata"]["KeyId"])
+    monkeypatch.setenv("STEWARD_TABLE_PREFIX", services.tables.prefix)
+    monkeypatch.setenv("STEWARD_ARTIFACTS_BUCKET", settings.artifacts_bucket)
+    monkeypatch.setenv("STEWARD_CAPABILITY_KEY_ID", key_id)
+    wiring.reset()
+    with LambdaHttpServer(
+        runtime_handler.lambda_handler, kind="http_api", function_name="steward-runtime"
+    ) as server:
+        yield Control(server.url, KmsCapabilitySigner(kms, key_id))
+    wiring.reset()
+
+
+def make_run(services: Services, control: Control, task: Task, redactor: Redactor) -> Run:
+    config = RunnerConfig(task_id=task.id, ticket="ticket-value", api_url=control.url, relay_url="http://x")
+    capability = control.capability(task)
+    redactor.add(capability)
     return Run(
         config,
         task,
         "r1",
-        "capability-value",
-        tasks=services.tasks.tasks,
+        capability,
         artifacts=services.tasks.artifacts,
-        api=RuntimeApi("http://127.0.0.1:9", "http://127.0.0.1:9"),
+        api=RuntimeApi(control.url, "http://127.0.0.1:9", sleep=lambda _: None),
         redactor=redactor,
     )
 
@@ -60,9 +101,9 @@ def events(services: Services, task: Task) -> list[dict[str, Any]]:
 
 
 def test_an_artifact_that_cannot_be_redacted_is_not_written_and_the_ending_says_so(
-    services: Services, running: Task, tmp_path: Path
+    services: Services, control: Control, running: Task, tmp_path: Path
 ) -> None:
-    run = make_run(services, running, FailingRedactor())
+    run = make_run(services, control, running, FailingRedactor())
     run.records.harness.append({"kind": "turn", "text": "unredactable"})
     reason = run._fail(tmp_path / "no-clone", "the model did not finish", "final")
     assert reason == "failed"
@@ -82,28 +123,30 @@ def test_an_artifact_that_cannot_be_redacted_is_not_written_and_the_ending_says_
 
 
 def test_secrets_the_runtime_holds_never_reach_an_artifact(
-    services: Services, running: Task, tmp_path: Path
+    services: Services, control: Control, running: Task, tmp_path: Path
 ) -> None:
-    run = make_run(services, running, Redactor(["ticket-value", "capability-value"]))
-    run.records.bootstrap["note"] = "ticket-value capability-value ghs_" + "x" * 36
-    run._fail(tmp_path / "no-clone", "failed with capability-value", "retryable")
+    run = make_run(services, control, running, Redactor(["ticket-value"]))
+    capability = run.capability
+    run.records.bootstrap["note"] = f"ticket-value {capability} ghs_" + "x" * 36
+    assert run._fail(tmp_path / "no-clone", f"failed with {capability}", "retryable") == "failed"
     store = services.tasks.artifacts
     for name in ("bootstrap.json", "harness.json", SCREEN_NAME):
         text = store.read_text(running.id, name) or ""
         assert "ticket-value" not in text
-        assert "capability-value" not in text
+        assert capability not in text
         assert "ghs_xxxx" not in text
-    assert "capability-value" not in json.dumps(events(services, running))
-    assert "capability-value" not in (services.tasks.tasks.require(running.id).reason or "")
+    assert capability not in json.dumps(events(services, running))
+    assert capability not in (services.tasks.tasks.require(running.id).reason or "")
 
 
 def test_a_task_cancelled_meanwhile_is_not_written_again(
-    services: Services, running: Task, tmp_path: Path
+    services: Services, control: Control, running: Task, tmp_path: Path
 ) -> None:
     services.tasks.tasks.cancel("alice", running.id, now=utcnow(), reason="stop")
     cancelled = services.tasks.tasks.require(running.id)
     seen = events(services, running)
-    run = make_run(services, running, Redactor())
+    run = make_run(services, control, running, Redactor())
+    run.emit("phase", {"phase": "checks"})  # refused (409) and logged, never written
     assert run._fail(tmp_path / "no-clone", "late failure", "final") == "cancelled"
     assert services.tasks.tasks.require(running.id) == cancelled
     assert events(services, running) == seen
@@ -132,18 +175,47 @@ def test_runtime_log_lines_and_tracebacks_are_redacted() -> None:
     assert "RuntimeError: failed with [REDACTED]" in written
 
 
+def test_presigned_urls_are_logged_without_their_query() -> None:
+    logger = logging.getLogger("httpx")
+    handler = logging.StreamHandler(io.StringIO())
+    logger.addHandler(handler)
+    queryless = QuerylessUrls()
+    logger.addFilter(queryless)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        url = httpx.URL(
+            "http://127.0.0.1:1/bucket/artifacts/t1/harness.json?X-Amz-Signature=f00d&X-Amz-Expires=120"
+        )
+        logger.info('HTTP Request: %s %s "%s %d %s"', "PUT", url, "HTTP/1.1", 200, "OK")
+    finally:
+        logger.removeHandler(handler)
+        logger.removeFilter(queryless)
+        logger.setLevel(level)
+    stream = handler.stream
+    assert isinstance(stream, io.StringIO)
+    assert (
+        stream.getvalue()
+        == 'HTTP Request: PUT http://127.0.0.1:1/bucket/artifacts/t1/harness.json "HTTP/1.1 200 OK"\n'
+    )
+
+
 def test_a_webhook_faster_than_the_runtime_still_gets_the_runs_finished_event(
-    services: Services, running: Task, tmp_path: Path
+    services: Services, control: Control, running: Task, tmp_path: Path
 ) -> None:
     # The pull request's webhook moved the task to review; the heartbeat then saw the task
-    # was no longer running and stopped the run's checks. The ending is still recorded.
+    # was no longer running and stopped the run's checks. The ending is still recorded, once.
+    url = f"https://github.example/{running.repo}/pull/7"
     services.tasks.tasks.transition(
-        running, TaskStatus.REVIEW, now=utcnow(), event="github_event", extra={"pr_number": 7}
+        running, TaskStatus.REVIEW, now=utcnow(), event="github_event", extra={"pr_url": url, "pr_number": 7}
     )
-    run = make_run(services, running, Redactor())
+    run = make_run(services, control, running, Redactor())
     run.stop()
-    ending = run._finish(TaskStatus.REVIEW, {"outcome": "published", "pr_number": 7}, extra={"pr_number": 7})
+    pull = {"pr_url": url, "pr_number": 7}
+    ending = run._finish(TaskStatus.REVIEW, {"outcome": "published", **pull, "summary": "Done."}, extra=pull)
     assert ending == "review"
     finished = events(services, running)[-1]
     assert (finished["type"], finished["data"]["outcome"]) == ("finished", "published")
     assert services.tasks.tasks.require(running.id).status is TaskStatus.REVIEW
+    assert run._finish(TaskStatus.REVIEW, {"outcome": "published", **pull}, extra=pull) == "review"
+    assert [e["type"] for e in events(services, running)].count("finished") == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 from steward.runner import sandbox as module
+from steward.runner.config import ConfigError, RunnerConfig
 from steward.runner.sandbox import (
     CommandRefused,
     Sandbox,
@@ -80,6 +82,22 @@ def new_clone(root: Path) -> Path:
     subprocess.run(["git", "init", "-q", str(clone)], check=True)
     (clone / "README.md").write_text("hello\n")
     return clone
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, bytes | str]]:
+    """Every entry under `root` (`.git` too), without following links: mode, owner, content."""
+    state: dict[str, tuple[int, int, bytes | str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath, name)
+            info = path.lstat()
+            content: bytes | str = b""
+            if stat.S_ISLNK(info.st_mode):
+                content = os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                content = path.read_bytes()
+            state[str(path.relative_to(root))] = (info.st_mode, info.st_uid, content)
+    return state
 
 
 @pytest.fixture
@@ -405,6 +423,174 @@ def test_memory_file_size_and_cpu_are_bounded(sandbox: MakeSandbox, clone: Path)
     cpu = box.run(spin)
     assert not cpu.passed
     assert not cpu.timed_out  # the CPU limit ended it, not the wall clock
+
+
+WRITE_BOUND = 8 * 1024**2
+SLACK = 1024**2
+
+# One line per way of writing too much into the clone: each is stopped, reported, and none of
+# its writes is kept. The per-file limit (16 MiB here) is above the bound, so it does not help.
+TOO_MUCH_WRITING = [
+    pytest.param("python -c \"open('big.bin', 'wb').write(b'x' * (64 << 20))\"", id="one-64-MiB-file"),
+    pytest.param("sh -c 'yes > big.txt'", id="yes-into-a-file"),
+    pytest.param(
+        "python -c \"[open(f'part{i}.bin', 'wb').write(b'x' * (1 << 20)) for i in range(64)]\"",
+        id="many-files-each-under-the-per-file-limit",
+    ),
+    pytest.param(
+        "python -c \"import os; os.makedirs('deep/er', exist_ok=True); "
+        "[open(f'deep/er/{i}', 'w').close() for i in range(20000)]\"",
+        id="twenty-thousand-empty-files",
+    ),
+    pytest.param(  # ENOSPC does not stop it: the supervisor must, well before the wall clock
+        "sh -c 'while :; do cat /dev/zero >> spin.bin 2>/dev/null; done'", id="a-writer-that-ignores-enospc"
+    ),
+    pytest.param(
+        "python -c \"import os; os.makedirs('a/b'); open('a/b/zeros', 'wb').write(bytes(9 << 20))\"",
+        id="nested-zeros-just-over",
+    ),
+]
+
+
+def disk_usage(root: Path) -> int:
+    """Bytes the tree takes on disk (allocated blocks, so holes count as nothing)."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+@pytest.mark.parametrize("check", TOO_MUCH_WRITING)
+def test_writing_past_the_bound_is_stopped_reported_and_kept_nowhere(
+    sandbox: MakeSandbox, clone: Path, check: str
+) -> None:
+    (clone / "keep.txt").write_text("as it was\n")
+    box = sandbox("true", check, max_write_bytes=WRITE_BOUND, wall_seconds=20)
+    assert box.run("true").passed  # the clone is handed to the uid, as before any check
+    before = snapshot(clone)
+    used_before = disk_usage(clone)
+    result = box.run(check)
+    assert result.write_limit_exceeded, result.output
+    assert not result.passed
+    assert not result.timed_out  # stopped by the bound, not by the wall clock
+    assert result.duration_s < 15
+    assert f"wrote more than {WRITE_BOUND} bytes" in result.output
+    assert result.output.rstrip().endswith("nothing it wrote was kept]")
+    # The host's disk never held the excess, and the clone is as it was before the run.
+    assert disk_usage(clone) <= used_before + WRITE_BOUND + SLACK
+    assert snapshot(clone) == before
+
+
+def test_writing_within_the_bound_is_kept_as_made(sandbox: MakeSandbox, clone: Path, tmp_path: Path) -> None:
+    (clone / "append.txt").write_text("first\n")
+    (clone / "gone.txt").write_text("deleted by the check\n")
+    (clone / "tree").mkdir()
+    (clone / "tree" / "old.txt").write_text("in a directory the check replaces\n")
+    (clone / "was-dir").mkdir()
+    (clone / "was-dir" / "x").write_text("x\n")
+    (clone / "was-file").write_text("becomes a directory\n")
+    (clone / "moved-from.txt").write_text("renamed\n")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside\n")
+    outside.chmod(0o666)
+    os.link(outside, clone / "hardlink.txt")  # a hard link to a file outside the clone
+    script = "; ".join(
+        [
+            "echo second >> append.txt",
+            "rm gone.txt",
+            "rm -r tree && mkdir tree && echo new > tree/new.txt",
+            "rm -r was-dir && echo now-a-file > was-dir",
+            "rm was-file && mkdir was-file && echo inside > was-file/in.txt",
+            "mv moved-from.txt moved-to.txt",
+            "ln -s append.txt link",
+            "echo run > run.sh && chmod 755 run.sh",
+            "truncate -s 1G sparse.bin",  # far past the bound in size, nothing in data
+            "touch -d 2001-02-03T04:05:06 append.txt",
+            "mkdir -p new/deeper && echo deep > new/deeper/file.txt",
+            "echo through >> hardlink.txt",
+            "echo scratch > /tmp/scratch.txt",
+        ]
+    )
+    check = f"sh -c '{script}'"
+    result = sandbox(check, max_write_bytes=WRITE_BOUND, max_file_bytes=2 * 1024**3).run(check)
+    assert result.passed, result.output
+    assert not result.write_limit_exceeded
+    assert (clone / "append.txt").read_text() == "first\nsecond\n"
+    assert (clone / "append.txt").stat().st_mtime == 981173106  # 2001-02-03T04:05:06Z
+    assert not (clone / "gone.txt").exists()
+    assert sorted(os.listdir(clone / "tree")) == ["new.txt"]
+    assert (clone / "was-dir").read_text() == "now-a-file\n"
+    assert (clone / "was-file" / "in.txt").read_text() == "inside\n"
+    assert not (clone / "moved-from.txt").exists()
+    assert (clone / "moved-to.txt").read_text() == "renamed\n"
+    assert os.readlink(clone / "link") == "append.txt"
+    assert stat.S_IMODE((clone / "run.sh").stat().st_mode) == 0o755
+    assert (clone / "sparse.bin").stat().st_size == 1024**3
+    assert (clone / "sparse.bin").stat().st_blocks == 0  # the hole stays a hole on the host
+    assert (clone / "new" / "deeper" / "file.txt").read_text() == "deep\n"
+    assert (clone / "new" / "deeper" / "file.txt").stat().st_uid == NOBODY
+    # The hard link's name was replaced; the file outside it was never written through.
+    assert (clone / "hardlink.txt").read_text() == "outside\nthrough\n"
+    assert outside.read_text() == "outside\n"
+    assert not (clone / "scratch.txt").exists()
+    assert clone.stat().st_uid == 0
+    assert stat.S_IMODE(clone.stat().st_mode) == 0o1777
+    assert not [name for name in os.listdir(clone) if "steward" in name]  # no temporary left
+
+
+def test_the_sandboxs_tmp_is_bounded_too(sandbox: MakeSandbox) -> None:
+    check = "python -c \"open('/tmp/big', 'wb').write(b'x' * (64 << 20))\""
+    result = sandbox(check, max_write_bytes=WRITE_BOUND).run(check)
+    assert result.exit_code == 1
+    assert "No space left on device" in result.output
+
+
+def test_the_write_bound_mounts_nothing_on_the_host(sandbox: MakeSandbox) -> None:
+    scratch = set(Path(tempfile.gettempdir()).glob("steward-writes-*"))
+    mounts = Path("/proc/self/mountinfo").read_text()
+    during: list[str] = []
+    check = "sh -c 'head -c 1048576 /dev/zero > x; echo written; sleep 0.3'"
+    box = sandbox(check, max_write_bytes=WRITE_BOUND)
+    # The host's mount table while the command runs (the main thread's namespace is the host's).
+    result = box.run(check, on_output=lambda _: during.append(Path("/proc/self/mountinfo").read_text()))
+    assert result.passed, result.output
+    assert during == [mounts]
+    assert Path("/proc/self/mountinfo").read_text() == mounts
+    assert set(Path(tempfile.gettempdir()).glob("steward-writes-*")) == scratch
+
+
+def test_a_command_that_cannot_be_bounded_does_not_run(
+    sandbox: MakeSandbox, clone: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object) -> None:
+        raise OSError(1, "mount overlay: Operation not permitted")
+
+    monkeypatch.setattr(module, "_mount", refuse)
+    result = sandbox("touch ran").run("touch ran")
+    assert result.exit_code == 126
+    assert not result.passed
+    assert (
+        result.output
+        == "steward: cannot bound the command's writes: mount overlay: Operation not permitted\n"
+    )
+    assert not (clone / "ran").exists()
+
+
+def test_the_write_bound_comes_from_the_environment() -> None:
+    env = {
+        "STEWARD_TASK_ID": "t",
+        "STEWARD_TICKET": "x",
+        "STEWARD_API_URL": "http://a",
+        "STEWARD_RELAY_URL": "http://r",
+        "STEWARD_CHECK_MAX_WRITE_BYTES": str(WRITE_BOUND),
+    }
+    assert RunnerConfig.from_env(env).sandbox.max_write_bytes == WRITE_BOUND
+    assert (
+        RunnerConfig.from_env({**env, "STEWARD_CHECK_MAX_WRITE_BYTES": ""}).sandbox.max_write_bytes == 1024**3
+    )
+    with pytest.raises(ConfigError, match="STEWARD_CHECK_"):
+        RunnerConfig.from_env({**env, "STEWARD_CHECK_MAX_WRITE_BYTES": "lots"})
 
 
 def test_on_output_receives_chunks_live(sandbox: MakeSandbox) -> None:

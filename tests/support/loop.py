@@ -57,6 +57,7 @@ class Loop:
             tickets=self.heartbeat.tickets,
             launcher=self.heartbeat.launcher,
             clock=self.clock,
+            resync=self.heartbeat.resync,
         )
 
 

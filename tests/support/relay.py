@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -76,10 +77,16 @@ def build_relay(services: Services, **client_kwargs: Any) -> RelayKit:
     signer = KmsCapabilitySigner(kms, key_id)
     verifier = CapabilityVerifier.from_kms(kms, [key_id])
     budget = BudgetStore(services.tables)
+
+    def record_over_report(task_id: str, data: Mapping[str, Any], now: datetime) -> None:
+        services.tasks.tasks.record_over_report(task_id, data, now=now)
+
     relay = Relay(
         verify=verifier.verify,
         budget=budget,
         prices=load_price_table(),
         provider_for=functools.partial(provider_for, environ={}),
+        record_over_report=record_over_report,
+        capability_key_ids=frozenset({key_id}),
     )
     return RelayKit(services, signer, relay, budget)

@@ -5,7 +5,9 @@
 * boto3, botocore, httpx and githubkit are imported only under `adapters/`, `local/` and
   `runner/` (the composition root and the handlers reach them through adapters);
 * no import cycle among Steward's modules (imports inside functions count: a lazy import
-  still ties two modules together; `if TYPE_CHECKING:` blocks do not, they never run).
+  still ties two modules together; `if TYPE_CHECKING:` blocks do not, they never run);
+* the runtime (`runner/` and every Steward module it reaches) imports no AWS SDK: it holds
+  no AWS credential and writes only through the control plane's runtime routes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ PACKAGE = PACKAGE_ROOT / "steward"
 DOMAIN_MAY_IMPORT = {"pydantic", "pydantic_core", "yaml", "steward.domain", "steward.tables"}
 OUTSIDE_CALLS = ("boto3", "botocore", "httpx", "githubkit", "githubkit_schemas", "mypy_boto3")
 OUTSIDE_CALLS_ALLOWED_IN = ("steward.adapters", "steward.local", "steward.runner")
+AWS_SDK = ("boto3", "botocore", "mypy_boto3", "s3transfer", "aiobotocore")
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,27 @@ def outside_call_violations(imports: list[Import]) -> list[str]:
     ]
 
 
+def runtime_aws_imports(imports: list[Import]) -> list[str]:
+    """AWS SDK imports anywhere the runtime's modules reach (lazy imports count; `if
+    TYPE_CHECKING:` blocks do not), each with the chain of imports that reaches it."""
+    graph: dict[str, list[Import]] = {}
+    for i in imports:
+        if i.runs:
+            graph.setdefault(i.module, []).append(i)
+    reached = {m: [m] for m in graph if within(m, "steward.runner")}
+    queue = list(reached)
+    out = []
+    while queue:
+        module = queue.pop()
+        for i in graph.get(module, ()):
+            if i.target.split(".")[0] in AWS_SDK:
+                out.append(" -> ".join(reached[module]) + f":{i.line} imports {i.target}")
+            elif within(i.target, "steward") and i.target not in reached:
+                reached[i.target] = [*reached[module], i.target]
+                queue.append(i.target)
+    return sorted(out)
+
+
 def cycles(imports: list[Import]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan's algorithm)."""
     graph: dict[str, set[str]] = {}
@@ -172,6 +196,10 @@ def test_no_import_cycles(imports: list[Import]) -> None:
     assert cycles(imports) == []
 
 
+def test_the_runtime_imports_no_aws_sdk(imports: list[Import]) -> None:
+    assert runtime_aws_imports(imports) == []
+
+
 # The rules themselves, on small made-up trees, so a rule that can never fire is caught.
 BAD_TREES = [
     (
@@ -186,6 +214,15 @@ BAD_TREES = [
         domain_violations,
     ),
     ("a service imports boto3", {"services/x.py": "import boto3\n"}, outside_call_violations),
+    (
+        "the runtime reaches boto3 through a service",
+        {
+            "runner/run.py": "def f():\n    from steward.services import publication\n",
+            "services/publication.py": "from steward.adapters.task_store import TaskStore\n",
+            "adapters/task_store.py": "from botocore.exceptions import ClientError\n",
+        },
+        runtime_aws_imports,
+    ),
     ("a handler imports httpx", {"h.py": "from httpx import Client\n"}, outside_call_violations),
     (
         "githubkit's schemas outside adapters",

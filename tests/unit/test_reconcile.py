@@ -248,3 +248,86 @@ def test_spawn_count_never_exceeds_slots_or_cap(
     made = spawns(decision.actions)
     assert len(made) <= max(0, min(max_parallel - live, spawns_left))
     assert len({(s.item_key, s.attempt) for s in made}) == len(made)
+
+
+def reapproved(plan: Plan, *titles: str, status: PlanStatus = PlanStatus.IN_PROGRESS) -> Plan:
+    """`plan` republished with `titles` (as the publish rules merge it) and confirmed again."""
+    after = publish(
+        plan,
+        plan_id=plan.id,
+        user=plan.user,
+        slug=plan.slug,
+        document=parse_document(document(*titles)),
+        now=NOW,
+    ).plan
+    approved = after.content_hash if status in (PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS) else None
+    return after.model_copy(update={"status": status, "approved_hash": approved})
+
+
+# (case, status of the revision-1 task, the republished titles, status after the republish,
+#  whether the old task is cancelled as superseded)
+SUPERSEDE_CASES = [
+    (
+        "queued task, item edited and confirmed",
+        TaskStatus.QUEUED,
+        ("Edited", "Other"),
+        PlanStatus.CONFIRMED,
+        True,
+    ),
+    (
+        "running task, item edited and confirmed",
+        TaskStatus.RUNNING,
+        ("Edited", "Other"),
+        PlanStatus.CONFIRMED,
+        True,
+    ),
+    (
+        "running task, edit confirmed while in progress",
+        TaskStatus.RUNNING,
+        ("Edited", "Other"),
+        PlanStatus.IN_PROGRESS,
+        True,
+    ),
+    (
+        "review task keeps its pull request",
+        TaskStatus.REVIEW,
+        ("Edited", "Other"),
+        PlanStatus.CONFIRMED,
+        False,
+    ),
+    (
+        "edit not confirmed yet",
+        TaskStatus.RUNNING,
+        ("Edited", "Other"),
+        PlanStatus.AWAITING_CONFIRMATION,
+        False,
+    ),
+    ("item only moved", TaskStatus.RUNNING, ("Other", "Original"), PlanStatus.CONFIRMED, False),
+    ("checkbox deleted: its task runs on", TaskStatus.RUNNING, ("Other",), PlanStatus.CONFIRMED, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "old_status", "titles", "status", "cancelled"),
+    SUPERSEDE_CASES,
+    ids=[c[0] for c in SUPERSEDE_CASES],
+)
+def test_a_live_task_of_a_superseded_revision_is_cancelled_while_queued_or_running(
+    case: str, old_status: TaskStatus, titles: tuple[str, ...], status: PlanStatus, cancelled: bool
+) -> None:
+    plan, task = running(make_plan("Original", "Other", status=PlanStatus.IN_PROGRESS), 1)
+    old = task.model_copy(update={"status": old_status})
+    if old_status is TaskStatus.REVIEW:
+        plan = with_item(plan, 1, status=ItemStatus.REVIEW)
+    after = reapproved(plan, *titles, status=status)
+    decision = reconcile([after], [old], NOW, OPEN)
+    cancels = [a for a in decision.actions if isinstance(a, Cancel)]
+    assert cancels == ([Cancel(old.id, "superseded")] if cancelled else []), case
+    edited = status in (PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS) and "Edited" in titles
+    new_revision = [
+        (s.revision, s.attempt, s.previous_task_id, s.supersedes)
+        for s in spawns(decision.actions)
+        if s.item_key == old.item_key
+    ]
+    # an approved new revision spawns whatever became of the old task, naming it to be fenced
+    assert new_revision == ([(2, 1, None, old.id)] if edited else []), case

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from steward.domain import redaction
+from steward.domain.credentials import is_capability, new_ticket
 from steward.domain.redaction import REDACTED, RedactionError, Redactor, StreamRedactor, redact
 
 PROPERTIES = settings(
@@ -285,7 +286,7 @@ def test_bounded_never_splits_a_marker_and_keeps_the_tail_when_asked() -> None:
 
 
 def test_an_internal_failure_raises_without_the_input(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(text: str, known: object) -> object:
+    def broken(text: str, known: object, *rules: object) -> object:
         raise ValueError(f"cannot handle {text}")
 
     monkeypatch.setattr(redaction, "_scan", broken)
@@ -320,7 +321,7 @@ def test_a_failed_stream_stays_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     stream = Redactor().stream()
     assert stream.feed("fine\n") == "fine\n"
     with monkeypatch.context() as patch:
-        patch.setattr(redaction, "_scan", lambda text, known: 1 / 0)
+        patch.setattr(redaction, "_scan", lambda text, known, *rules: 1 / 0)
         with pytest.raises(RedactionError, match="ZeroDivisionError"):
             stream.feed("x")
     with pytest.raises(RedactionError, match="unusable"):
@@ -569,3 +570,87 @@ def test_no_window_of_a_token_survives_truncation_inside_it(
     out = redactor.bounded(text, limit, tail=tail)
     assert len(out) <= limit
     assert not [window for window in windows if window in out]
+
+
+# ---- what the runner sends to a model, and what the relay refuses to forward
+
+
+def _jwt(header: dict[str, Any], claims: dict[str, Any]) -> str:
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part(header)}.{part(claims)}.c2lnbmF0dXJl"
+
+
+CAPABILITY = _jwt(
+    {"alg": "ES256", "typ": "JWT", "kid": "key-1"},
+    {"iss": "steward", "aud": "steward-runtime", "sub": "alice", "task_id": "t1"},
+)
+ISSUED = [  # (credential, the kind `issued_credential` names)
+    (GHS, redaction.GITHUB_TOKEN),
+    ("gho_" + "b1" * 18, redaction.GITHUB_TOKEN),
+    ("ghp_" + "A1" * 18, redaction.GITHUB_TOKEN),
+    ("ghu_" + "c2" * 18, redaction.GITHUB_TOKEN),
+    ("ghr_" + "d3" * 18, redaction.GITHUB_TOKEN),
+    ("github_pat_" + "11ABCDEFG0" * 8, redaction.GITHUB_TOKEN),
+    (_b64("x-access-token:" + GHS), redaction.GITHUB_TOKEN),
+    (new_ticket(), redaction.STEWARD_TICKET),
+    (CAPABILITY, redaction.STEWARD_CAPABILITY),
+    (
+        _jwt({"alg": "ES256"}, {"iss": "steward", "aud": ["x", "steward-runtime"]}),
+        redaction.STEWARD_CAPABILITY,
+    ),
+]
+FIXTURES = [  # generic shapes real repositories hold: neither redacted for a model nor refused
+    JWT,
+    _jwt({"alg": "ES256", "kid": "key-1"}, {"iss": "https://id.example.com", "aud": "steward-runtime"}),
+    "AKIAIOSFODNN7EXAMPLE",
+    "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "https://user:pass@host.example/repo.git",
+    "Authorization: Bearer abcdef0123456789",
+    f"token {SHA}",
+    "x4Xb0yF1lT3m_hQ2-VQm9Xw8vN7kS6jR5uP4oI3eA2c",  # 43 urlsafe characters without the prefix
+    "stwt_short",
+]
+
+
+def test_text_for_a_model_loses_held_secrets_and_issued_credentials_but_keeps_fixtures() -> None:
+    redactor = Redactor(["held-ticket-value"])
+    model = redactor.for_model()
+    redactor.add("held-later-secret")  # a secret the runtime gets later reaches the view too
+    for secret in [
+        *(text for text, _ in ISSUED),
+        "held-ticket-value",
+        "held-later-secret",
+        _b64("held-later-secret"),
+    ]:
+        shown = model.redact(f"title: fix it ({secret}).")
+        assert secret not in shown, secret
+        assert shown == f"title: fix it ({REDACTED}).", secret
+    for fixture in FIXTURES:
+        assert model.redact(f"x = {fixture!r}\n") == f"x = {fixture!r}\n", fixture
+        assert model.clean({fixture: [fixture]}) == {fixture: [fixture]}, fixture
+    assert redactor.redact(JWT) == REDACTED  # artifacts still lose every generic shape
+    assert model.clean({"k": [f"a {GHS}"]}) == {"k": [f"a {REDACTED}"]}
+
+
+def test_the_relay_recognizes_issued_credentials_and_nothing_generic() -> None:
+    for credential, kind in ISSUED:
+        assert redaction.issued_credential(f"see: {credential}\n") == kind, credential
+    for fixture in FIXTURES:
+        assert redaction.issued_credential(f"see: {fixture}\n") is None, fixture
+    # A JWT under one of the deployment's key ids is a capability whatever its claims say.
+    foreign = _jwt({"alg": "ES256", "kid": "key-1"}, {"iss": "elsewhere"})
+    assert redaction.issued_credential(foreign) is None
+    assert redaction.issued_credential(foreign, {"key-1"}) == redaction.STEWARD_CAPABILITY
+    assert is_capability(CAPABILITY)
+    assert not is_capability("eyJub3Q.anwt")
+    assert not is_capability(_jwt({"kid": ["unhashable"]}, {"iss": "steward"}), {"key-1"})
+
+
+def test_tickets_carry_a_prefix_and_256_random_bits() -> None:
+    tickets = {new_ticket() for _ in range(100)}
+    assert len(tickets) == 100
+    for ticket in tickets:
+        assert re.fullmatch(r"stwt_[A-Za-z0-9_-]{43}", ticket)
+        assert redact(ticket) == REDACTED

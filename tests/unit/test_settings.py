@@ -17,8 +17,16 @@ PACKAGE = ROOT / "layers" / "steward" / "python" / "steward"
 
 # Modules that may read the process environment: the composition root and its parser, the
 # CLI and its API client (a person's shell), the local stack and the runtime (each reads its
-# own), and git's adapter (PATH for the git subprocess, nothing else).
-MAY_READ_ENVIRONMENT = ("config.py", "wiring.py", "cli.py", "adapters/api_client.py", "adapters/git.py")
+# own), git's adapter (PATH for the git subprocess, nothing else), and the tracer (Powertools'
+# own LAMBDA_TASK_ROOT and POWERTOOLS_TRACE_DISABLED).
+MAY_READ_ENVIRONMENT = (
+    "config.py",
+    "wiring.py",
+    "observability.py",
+    "cli.py",
+    "adapters/api_client.py",
+    "adapters/git.py",
+)
 MAY_READ_ENVIRONMENT_UNDER = ("local/", "runner/")
 
 

@@ -13,6 +13,7 @@ import os
 import stat
 import subprocess
 import threading
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,16 @@ REFUSED_PATHS = [
 ]
 
 
+# Each tool with the arguments it needs besides `path`.
+TOOL_PATH_ARGS: list[tuple[str, dict[str, Any]]] = [
+    ("read_file", {}),
+    ("write_file", {"content": "pwned\n"}),
+    ("replace_in_file", {"old": "needle", "new": "pwned"}),
+    ("list_files", {}),
+    ("search_text", {"pattern": "needle"}),
+]
+
+
 @pytest.mark.parametrize(("path", "problem"), REFUSED_PATHS)
 @pytest.mark.parametrize("tool", ["read_file", "write_file", "replace_in_file", "list_files", "search_text"])
 def test_refused_paths(lay: Layout, tool: str, path: str, problem: str) -> None:
@@ -276,6 +287,127 @@ def test_normalized_path_is_what_gets_written_and_recorded(lay: Layout) -> None:
     assert lay.call("write_file", path=".//src/./new.py/", content="x = 2\n") == "wrote 6 bytes to src/new.py"
     assert (lay.clone / "src" / "new.py").read_text() == "x = 2\n"
     assert lay.ws.changed_paths() == ["src/new.py"]
+
+
+# -- paths: characters a reviewer cannot see, and Unicode normalization ---------------------------
+
+# One line per character: each is refused wherever it stands in a path, by every tool.
+INVISIBLE_IN_PATHS = [
+    *(pytest.param(chr(c), id=f"bidi-{c:04X}") for c in range(0x202A, 0x202F)),  # LRE RLE PDF LRO RLO
+    *(pytest.param(chr(c), id=f"isolate-{c:04X}") for c in range(0x2066, 0x206A)),  # LRI RLI FSI PDI
+    pytest.param("\u2028", id="line-separator"),
+    pytest.param("\u2029", id="paragraph-separator"),
+    *(pytest.param(chr(c), id=f"zero-width-{c:04X}") for c in range(0x200B, 0x2010)),  # ZWSP ZWNJ ZWJ LRM RLM
+    pytest.param("\u061c", id="arabic-letter-mark"),
+    pytest.param("\ufeff", id="bom"),
+    pytest.param("\u2060", id="word-joiner"),
+    pytest.param("\u2063", id="invisible-separator"),
+    pytest.param("\u206e", id="national-digit-shapes"),
+    pytest.param("\u00ad", id="soft-hyphen"),
+    pytest.param("\u034f", id="combining-grapheme-joiner"),
+    pytest.param("\u3164", id="hangul-filler"),
+    pytest.param("\u180e", id="mongolian-vowel-separator"),
+    pytest.param("\ufe0f", id="variation-selector-16"),
+    pytest.param("\U000e0041", id="tag-latin-a"),
+    pytest.param("\U000e0001", id="language-tag"),
+    pytest.param("\u00a0", id="no-break-space"),
+    pytest.param("\u2009", id="thin-space"),
+    pytest.param("\u3000", id="ideographic-space"),
+    pytest.param("\u0600", id="unlisted-format-character"),  # caught by the category backstop
+]
+
+
+@pytest.mark.parametrize("char", INVISIBLE_IN_PATHS)
+def test_invisible_and_reordering_characters_in_paths_are_refused(lay: Layout, char: str) -> None:
+    clone_before = snapshot(lay.clone)
+    point = f"U+{ord(char):04X}"
+    for path in (f"src/app{char}.py", f"{char}README.md", f"new{char}dir/file.txt", f"evil{char}txt.exe"):
+        for tool, extra in TOOL_PATH_ARGS:
+            message = lay.refused(tool, path=path, **extra)
+            assert message.startswith("path: "), (tool, message)
+            assert point in message, (tool, message)
+            assert "not allowed in paths" in message
+            assert char not in message  # shown escaped, never raw
+    assert snapshot(lay.clone) == clone_before
+    assert lay.ws.changed_paths() == []
+    lay.assert_outside_untouched()
+
+
+def test_other_non_ascii_names_are_fine(lay: Layout) -> None:
+    for path in (
+        "caf\u00e9.txt",
+        "\u65e5\u672c/\u8a9e.md",
+        "\u0645\u0644\u0641.txt",
+        "na\u00efve/\U0001f600.txt",
+    ):
+        assert lay.call("write_file", path=path, content="ok\n").startswith("wrote 3 bytes")
+        assert "1\tok" in lay.call("read_file", path=path)
+
+
+NFC = "caf\u00e9/\u00f1o\u00f1o.txt"  # precomposed
+NFD = "cafe\u0301/n\u0303on\u0303o.txt"  # the same name, decomposed
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [("e\u0301.txt", "\u00e9.txt"), ("\u00e9.txt", "e\u0301.txt"), (NFD, NFC), (NFC, NFD)],
+)
+def test_names_that_differ_only_in_normalization_are_one_file(lay: Layout, written: str, read: str) -> None:
+    nfc = unicodedata.normalize("NFC", written)
+    names_before = set(snapshot(lay.clone))
+    assert lay.call("write_file", path=written, content="first\n") == f"wrote 6 bytes to {nfc}"
+    assert lay.call("read_file", path=read).startswith(f"{nfc}: lines 1-1 of 1")
+    assert "1\tfirst" in lay.call("read_file", path=read)
+    lay.call("write_file", path=read, content="second\n")
+    lay.call("replace_in_file", path=written, old="second", new="third")
+    assert "1\tthird" in lay.call("read_file", path=written)
+    # One file on disk, under the NFC name; one entry in the listing; one changed path.
+    parts = nfc.split("/")
+    assert set(snapshot(lay.clone)) - names_before == {"/".join(parts[: i + 1]) for i in range(len(parts))}
+    assert (lay.clone / nfc).read_bytes() == b"third\n"
+    listed = lay.call("list_files").splitlines()
+    assert listed.count(nfc) == 1
+    assert [line for line in listed if unicodedata.normalize("NFC", line) == nfc] == [nfc]
+    assert lay.ws.changed_paths() == [nfc]
+    lay.assert_outside_untouched()
+
+
+def test_a_committed_nfd_name_is_addressed_where_it_is(lay: Layout) -> None:
+    (lay.clone / "cafe\u0301").mkdir()
+    (lay.clone / NFD).write_text("decomposed\n")
+    git(lay.clone, "add", "-A")
+    git(lay.clone, "commit", "-q", "-m", "nfd")
+    for path in (NFC, NFD):
+        assert "1\tdecomposed" in lay.call("read_file", path=path)
+    lay.call("write_file", path=NFC, content="rewritten\n")
+    lay.call("replace_in_file", path=NFC, old="rewritten", new="replaced")
+    # Written in place: no NFC twin beside the stored NFD name.
+    assert sorted(os.listdir(lay.clone / "cafe\u0301")) == ["n\u0303on\u0303o.txt"]
+    assert not (lay.clone / "caf\u00e9").exists()
+    assert (lay.clone / NFD).read_text() == "replaced\n"
+    assert lay.ws.changed_paths() == [NFD]  # the stored name, as git knows it
+    assert NFC in lay.call("list_files").splitlines()
+    assert lay.call("list_files", path=NFD.partition("/")[0]) == NFC
+    assert lay.call("search_text", pattern="replaced").startswith(f"{NFC}:1:")
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("e\u0301.txt", "\u00e9.txt"), ("\u212a.txt", "K.txt"), ("\u212b", "\u00c5")],  # Kelvin K, Angstrom
+)
+def test_two_stored_names_with_one_normal_form_are_ambiguous(lay: Layout, first: str, second: str) -> None:
+    (lay.clone / first).write_text("one\n")
+    (lay.clone / second).write_text("two\n")
+    clone_before = snapshot(lay.clone)
+    for path in (first, second):
+        for tool, extra in TOOL_PATH_ARGS:
+            if tool in ("list_files", "search_text"):
+                continue
+            message = lay.refused(tool, path=path, **extra)
+            assert "ambiguous" in message, message
+            assert "differ only in Unicode normalization" in message
+    assert snapshot(lay.clone) == clone_before
+    assert lay.ws.changed_paths() == []
 
 
 # -- confinement: symbolic links -----------------------------------------------------------------
@@ -895,3 +1027,27 @@ def test_replace_missing_file(lay: Layout) -> None:
         lay.refused("replace_in_file", path="nope.py", old="a", new="b") == "path: 'nope.py' does not exist"
     )
     assert not (lay.clone / "nope.py").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "old", "new"),
+    [
+        (b"def main():\n    return 'needle'\n", "'needle'", "'needle'"),
+        (b"x\n", "x", "x"),
+        (b"a\r\nb\r\n", "a\nb", "a\r\nb"),  # different only in line endings, which the CRLF retry evens out
+    ],
+)
+def test_replace_with_new_equal_to_old_is_an_error_and_leaves_the_file(
+    lay: Layout, content: bytes, old: str, new: str
+) -> None:
+    path = lay.clone / "same.txt"
+    path.write_bytes(content)
+    before = path.stat()
+    message = lay.refused("replace_in_file", path="same.txt", old=old, new=new)
+    assert message.startswith("new: the same text as old, so the replacement would change nothing")
+    assert "'same.txt' is left as it was" in message
+    assert path.read_bytes() == content
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # not even rewritten
+    assert lay.ws.changed_paths() == []
+    assert sorted(os.listdir(lay.clone)) == sorted([".git", ".gitignore", "README.md", "same.txt", "src"])

@@ -133,6 +133,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         state_file=args.state_file or DEFAULT_STATE_FILE,
         tick_seconds=args.tick_seconds,
         reaper_seconds=args.reaper_seconds,
+        resync_seconds=args.resync_seconds,
     ) as stack:
         print(f"steward local stack is up; state in {stack.state_file}", flush=True)
         for key in ("api_url", "relay_url", "aws_endpoint_url"):
@@ -176,23 +177,47 @@ def cmd_local_capability(args: argparse.Namespace) -> int:
     return 0
 
 
+def _twin_url(args: argparse.Namespace) -> str | None:
+    """The running local stack's GitHub twin, or None (said on stderr)."""
+    state_file = args.state_file or DEFAULT_STATE_FILE
+    if not state_file.exists():
+        print(f"error: {state_file} not found: start `steward local up` first", file=sys.stderr)
+        return None
+    return str(json.loads(state_file.read_text())["github_url"])
+
+
 def _github_action(action: str) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from steward.local.github_twin import admin  # noqa: PLC0415
 
-        state_file = args.state_file or DEFAULT_STATE_FILE
-        if not state_file.exists():
-            print(f"error: {state_file} not found: start `steward local up` first", file=sys.stderr)
+        url = _twin_url(args)
+        if url is None:
             return 1
         try:
             repo, number = admin.parse_pull_ref(args.pull)
-            pull = getattr(admin, action)(json.loads(state_file.read_text())["github_url"], repo, number)
+            pull = getattr(admin, action)(url, repo, number)
         except (admin.AdminError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return _emit(args, pull, lambda d: f"{repo}#{number}: {d.get('state')} (merged: {d.get('merged')})")
 
     return run
+
+
+def cmd_local_github_withhold(args: argparse.Namespace) -> int:
+    from steward.local.github_twin import admin  # noqa: PLC0415
+
+    url = _twin_url(args)
+    if url is None:
+        return 1
+    try:
+        on = admin.withhold(url, args.mode == "on")
+    except admin.AdminError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return _emit(
+        args, {"withholding": on}, lambda d: "webhooks withheld" if d["withholding"] else "webhooks delivered"
+    )
 
 
 def cmd_admin_link(args: argparse.Namespace) -> int:
@@ -273,6 +298,11 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     p = local.add_parser("up", help="start the local stack until Ctrl-C")
     p.add_argument("--tick-seconds", type=float, default=2.0, help="scheduler period (default 2)")
     p.add_argument("--reaper-seconds", type=float, default=5.0, help="reaper period (default 5)")
+    p.add_argument(
+        "--resync-seconds",
+        type=int,
+        help="how stale a review task's view of GitHub may get before the loop asks again (default 900)",
+    )
     p.set_defaults(func=cmd_local_up)
     p = local.add_parser(
         "capability", help="create a running task for a user and print its capability (JSON)"
@@ -288,6 +318,11 @@ def _add_local_and_admin_commands(sub: Any) -> None:
         p = github.add_parser(action, help=f"{action} a pull request on the twin")
         p.add_argument("pull", help="OWNER/REPO#N")
         p.set_defaults(func=_github_action(action))
+    p = github.add_parser(
+        "withhold", help="record webhook deliveries without sending them (on), or send again (off)"
+    )
+    p.add_argument("mode", choices=("on", "off"))
+    p.set_defaults(func=cmd_local_github_withhold)
     p = local.add_parser("token", help="mint a dev bearer token")
     p.add_argument("name")
     p.set_defaults(func=cmd_local_token)

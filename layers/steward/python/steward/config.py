@@ -18,12 +18,13 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from steward.domain.documents import DocumentPolicy
+if TYPE_CHECKING:
+    from steward.domain.documents import DocumentPolicy
 
-Function = Literal["api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint"]
-FUNCTIONS: tuple[Function, ...] = ("api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "mint")
+Function = Literal["api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "runtime"]
+FUNCTIONS: tuple[Function, ...] = ("api", "scheduler", "heartbeat", "reaper", "relay", "webhook", "runtime")
 ALL: frozenset[Function] = frozenset(FUNCTIONS)
 LAUNCHING: frozenset[Function] = frozenset({"heartbeat", "reaper"})
 
@@ -127,7 +128,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_ARTIFACTS_BUCKET",
         "artifacts_bucket",
-        {"api"},
+        {"api", "runtime"},
         required=True,
         parse=_text,
         doc="S3 bucket of the runs' artifacts",
@@ -165,7 +166,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_CAPABILITY_KEY_ID",
         "capability_key_ids",
-        {"relay", "mint"},
+        {"relay", "runtime"},
         required=True,
         parse=_csv,
         doc="KMS key id(s) of capabilities, comma-separated: the first signs, all verify (rotation)",
@@ -173,14 +174,14 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_CAPABILITY_LIFETIME",
         "capability_lifetime",
-        {"mint"},
+        {"runtime"},
         parse=_lifetime,
         doc="capability lifetime in seconds (at most 7200)",
     ),
     _setting(
         "STEWARD_PRICE_TABLE",
         "price_table",
-        {"relay", "mint"},
+        {"relay", "runtime"},
         doc="path of a JSON price table extending the packaged one",
     ),
     _setting(
@@ -205,7 +206,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_APP_ID",
         "github_app_id",
-        {"mint"},
+        {"runtime", "heartbeat"},
         required=True,
         parse=_optional_int,
         doc="the GitHub App's numeric id",
@@ -213,22 +214,36 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID",
         "github_private_key_secret_id",
-        {"mint"},
+        {"runtime", "heartbeat"},
         required=True,
         doc="Secrets Manager secret holding the App's private key (PEM)",
     ),
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY",
         "github_private_key",
-        {"mint"},
+        {"runtime", "heartbeat"},
         secret=True,
         doc="the App's private key itself (local stack; in AWS use the secret id)",
     ),
     _setting(
         "STEWARD_GITHUB_API_URL",
         "github_api_url",
-        {"mint"},
+        {"runtime", "heartbeat"},
         doc="GitHub's REST API (unset: api.github.com; locally the twin)",
+    ),
+    _setting(
+        "STEWARD_GITHUB_RESYNC_SECONDS",
+        "github_resync_seconds",
+        {"heartbeat"},
+        parse=_positive_int,
+        doc="how old a review task's last look at GitHub may get before the loop looks again",
+    ),
+    _setting(
+        "STEWARD_GITHUB_RESYNC_MAX_CALLS",
+        "github_resync_max_calls",
+        {"heartbeat"},
+        parse=_positive_int,
+        doc="GitHub calls the loop's resync may make per user per tick",
     ),
     _setting(
         "STEWARD_WEBHOOK_SECRET_ID",
@@ -318,12 +333,22 @@ _DEFAULTS: dict[str, str] = {
     "STEWARD_CAPABILITY_LIFETIME": "3600",
     "STEWARD_LAUNCHER": "fargate",
     "STEWARD_RUNNER_CONTAINER": "runner",
+    "STEWARD_GITHUB_RESYNC_SECONDS": "900",
+    "STEWARD_GITHUB_RESYNC_MAX_CALLS": "20",
 }
 
 # What the local launcher hands its runtimes besides their own four variables, as a Fargate
-# task definition would carry them (DESIGN section 6).
+# task definition would carry them (DESIGN section 6): the runner's bounds, never a setting
+# of the control plane (STEWARD_RUNNER_SUBNETS and the like are the launcher's own).
 RUNTIME_PASSED = ("STEWARD_STREAM_URL", "STEWARD_SANDBOX_UID", "STEWARD_WORK_DIR", "STEWARD_KEEP_WORK")
 RUNTIME_PASSED_PREFIXES = ("STEWARD_RUNNER_", "STEWARD_CHECK_")
+
+
+def is_runtime_setting(name: str) -> bool:
+    """A variable the deployment hands every runtime (a runner bound), as opposed to one of
+    the control plane's settings or anything else."""
+    passed = name in RUNTIME_PASSED or name.startswith(RUNTIME_PASSED_PREFIXES)
+    return passed and name not in {s.env for s in SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -347,6 +372,8 @@ class Settings:
     github_private_key_secret_id: str | None = None
     github_private_key: str | None = field(default=None, repr=False)
     github_api_url: str | None = None
+    github_resync_seconds: int = 900
+    github_resync_max_calls: int = 20
     webhook_secret_id: str | None = None
     webhook_secret: str | None = field(default=None, repr=False)
     launcher: str = "fargate"
@@ -359,7 +386,6 @@ class Settings:
     relay_url: str = ""
     runtime_log_dir: str | None = None
     region: str | None = None
-    aws_endpoint_url: str | None = None  # set only locally (the moto server)
     runtime_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
@@ -371,16 +397,10 @@ class Settings:
             raw = env.get(setting.env, "").strip() or _DEFAULTS.get(setting.env, "")
             values[setting.attr] = _PARSERS[setting.attr](setting.env, raw)
         # The runtime's bounds pass through unparsed: the runtime validates its own settings.
-        control_plane = {s.env for s in SETTINGS}
-        passed = sorted(
-            (k, v)
-            for k, v in env.items()
-            if (k in RUNTIME_PASSED or k.startswith(RUNTIME_PASSED_PREFIXES)) and k not in control_plane
-        )
+        passed = sorted((k, v) for k, v in env.items() if is_runtime_setting(k))
         settings = cls(
             **values,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-            aws_endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             runtime_env=tuple(passed),
         )
         if settings.default_budget_usd > settings.max_budget_usd:
@@ -397,6 +417,9 @@ class Settings:
 
     @property
     def document_policy(self) -> DocumentPolicy:
+        # Imported here: only the API parses documents, and the parser's import is heavy.
+        from steward.domain.documents import DocumentPolicy  # noqa: PLC0415
+
         return DocumentPolicy(
             max_budget_usd=self.max_budget_usd,
             default_budget_usd=self.default_budget_usd,

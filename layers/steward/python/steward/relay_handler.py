@@ -1,9 +1,16 @@
 """Relay Lambda behind an API Gateway REST API (payload 1.0; its integration timeout is
 raised for model calls). Kept light on import: provider adapters load lazily, on the first
-call that needs them, and nothing here imports githubkit, httpx or the CLI."""
+call that needs them, and nothing here imports githubkit, httpx or the CLI.
+
+Metrics: `CallsAdmitted` per answered call, and `ProviderOverReport` (the alarm's metric)
+for each call whose provider reported more than its reservation. The answer is ASCII JSON:
+a model's output may hold a lone surrogate (a `\\ud800` escape from the provider), which
+stays an escape here for the runner to judge, rather than text no encoder can write.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -11,8 +18,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from steward import wiring
-from steward.api.http import install_error_handlers, json_response
+from steward.api.http import install_error_handlers
 from steward.observability import logger_for, metrics_for, tracer_for
+
+OVER_REPORT_METRIC = "ProviderOverReport"
 
 logger = logger_for("relay")
 metrics = metrics_for("relay")
@@ -27,8 +36,8 @@ def converse() -> Response[str]:
     outcome = wiring.relay().converse(
         event.headers.get("Authorization") or event.headers.get("authorization"), event.body
     )
-    if outcome.overspent:
-        metrics.add_metric(name="ProviderOverspend", unit=MetricUnit.Count, value=1)
+    if outcome.over_reported:
+        metrics.add_metric(name=OVER_REPORT_METRIC, unit=MetricUnit.Count, value=1)
     metrics.add_metric(name="CallsAdmitted", unit=MetricUnit.Count, value=1)
     body = dict(outcome.response)
     body["steward"] = {
@@ -36,7 +45,7 @@ def converse() -> Response[str]:
         "remaining_usd": str(outcome.remaining_usd),
         "max_tokens": outcome.max_tokens,
     }
-    return json_response(200, body)
+    return Response(status_code=200, content_type="application/json", body=json.dumps(body, default=str))
 
 
 @metrics.log_metrics

@@ -11,10 +11,12 @@ in the same process binds to its own endpoints and settings.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     from steward.services.plans import PlanService
     from steward.services.reaper import Reaper
     from steward.services.relay import Relay
+    from steward.services.resync import Resync
+    from steward.services.runtime import RuntimeService
     from steward.services.tasks import TaskService
     from steward.services.webhooks import WebhookReceiver
 
@@ -95,11 +99,12 @@ class Services:
         from steward.services.plans import PlanService  # noqa: PLC0415
         from steward.services.tasks import TaskService  # noqa: PLC0415
 
+        tasks = TaskStore(tables)
         return cls(
             settings=settings,
             tables=tables,
-            plans=PlanService(PlanStore(tables), settings.document_policy),
-            tasks=TaskService(TaskStore(tables), EventStore(tables), artifacts),
+            plans=PlanService(PlanStore(tables), settings.document_policy, tasks=tasks),
+            tasks=TaskService(tasks, EventStore(tables), artifacts),
             users=UserStore(tables),
             installations=InstallationStore(tables),
         )
@@ -149,12 +154,23 @@ def relay() -> Relay:
     def provider(model_id: str, entry: PriceEntry) -> Provider:
         return provider_for(model_id, entry, environ=environ)
 
+    def record_over_report(task_id: str, data: Mapping[str, Any], now: datetime) -> None:
+        # Loaded on the first over-report only: a normal call never needs the task store.
+        from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+
+        TaskStore(tables()).record_over_report(task_id, data, now=now)
+
     return Relay(
-        verify=capability_verifier().verify, budget=BudgetStore(tables()), prices=table, provider_for=provider
+        verify=capability_verifier().verify,
+        budget=BudgetStore(tables()),
+        prices=table,
+        provider_for=provider,
+        record_over_report=record_over_report,
+        capability_key_ids=frozenset(settings().capability_key_ids),
     )
 
 
-# ---- runtime routes (ticket exchange, GitHub tokens)
+# ---- runtime routes (ticket exchange, GitHub tokens, claim, heartbeat, events, finish, uploads)
 
 
 @cache
@@ -174,6 +190,15 @@ def minter() -> Minter:
         prices=price_table().entry,
         lifetime_seconds=s.capability_lifetime,
     )
+
+
+@cache
+def runtime_service() -> RuntimeService:
+    from steward.adapters.artifact_store import ArtifactStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.runtime import RuntimeService  # noqa: PLC0415
+
+    return RuntimeService(TaskStore(tables()), ArtifactStore(settings().artifacts_bucket))
 
 
 def github_app(s: Settings) -> GitHubApp:
@@ -265,17 +290,14 @@ def launcher() -> Launcher:
     from steward.domain.launch import RuntimeEndpoints  # noqa: PLC0415
 
     s = settings()
-    endpoints = RuntimeEndpoints(
-        api_url=s.api_url, relay_url=s.relay_url, aws_endpoint_url=s.aws_endpoint_url
-    )
+    endpoints = RuntimeEndpoints(api_url=s.api_url, relay_url=s.relay_url)
     if s.launcher == "local":
         from steward.local.launcher import LocalLauncher  # noqa: PLC0415 - never loaded on Lambda
 
-        # The deployment's fixed settings, as a Fargate task definition would carry them.
-        passed = dict(s.runtime_env)
-        passed |= {"STEWARD_TABLE_PREFIX": s.table_prefix, "STEWARD_ARTIFACTS_BUCKET": s.artifacts_bucket}
+        # The deployment's runner bounds, as a Fargate task definition would carry them; no
+        # table, bucket or AWS variable (the runtime writes only through the runtime routes).
         log_dir = Path(s.runtime_log_dir) if s.runtime_log_dir else None
-        return LocalLauncher(endpoints, extra_env=passed, log_dir=log_dir)
+        return LocalLauncher(endpoints, extra_env=dict(s.runtime_env), log_dir=log_dir)
     from steward.adapters import aws  # noqa: PLC0415
     from steward.adapters.fargate_launcher import FargateLauncher  # noqa: PLC0415
 
@@ -305,7 +327,28 @@ def heartbeat() -> Heartbeat:
         tasks=TaskStore(t),
         tickets=TicketStore(t),
         launcher=launcher(),
+        resync=resync(),
     )
+
+
+@cache
+def resync() -> Resync | None:
+    """The loop's look at GitHub, or None (logged) where no GitHub App is configured."""
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.domain.resync import ResyncPolicy  # noqa: PLC0415
+    from steward.services.resync import Resync  # noqa: PLC0415
+
+    s, t = settings(), tables()
+    if s.github_app_id is None:
+        logging.getLogger(__name__).warning(
+            "STEWARD_GITHUB_APP_ID is not set: pull requests are not resynced"
+        )
+        return None
+    policy = ResyncPolicy(
+        period=timedelta(seconds=s.github_resync_seconds), max_calls=s.github_resync_max_calls
+    )
+    return Resync(TaskStore(t), InstallationStore(t), github=cache(lambda: github_app(s)), policy=policy)
 
 
 @cache
@@ -348,11 +391,13 @@ _BUILDERS: tuple[Callable[..., Any], ...] = (
     api_services,
     relay,
     minter,
+    runtime_service,
     github_tokens,
     webhook_receiver,
     scheduler,
     launcher,
     heartbeat,
+    resync,
     reaper,
 )
 

@@ -1,30 +1,43 @@
-"""S3 adapter for the per-task artifacts (`artifacts/{task_id}/{name}`)."""
+"""S3 adapter for the per-task artifacts (`artifacts/{task_id}/{name}`, names and bounds in
+`steward.domain.artifacts`).
+
+Reads, existence checks and presigned downloads serve the client API; presigned uploads
+serve the runtime routes, so the runtime writes its artifacts straight to S3 without any AWS
+credential and without its bytes passing through a Lambda. A presigned upload is SigV4 with
+`Content-Type` and `Content-Length` among the signed headers: S3 refuses a PUT of any other
+length or type, so the size the runtime declared is the size stored.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from steward.adapters import aws
 from steward.adapters.dynamo import error_code
+from steward.domain.artifacts import ARTIFACT_NAMES, SCREEN_NAME, artifact_key
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-ARTIFACT_NAMES = ("bootstrap.json", "harness.json", "diff.patch", "git-status.txt", "publish.json")
-SCREEN_NAME = "screen.txt"
+__all__ = ["ARTIFACT_NAMES", "PRESIGN_SECONDS", "SCREEN_NAME", "ArtifactStore"]
+
 PRESIGN_SECONDS = 300
+# Query-string SigV4 signs the headers present at signing; SigV2 (which botocore may pick for
+# a custom endpoint) signs neither length nor type.
+_SIGV4 = Config(signature_version="s3v4")
 
 
 class ArtifactStore:
     def __init__(self, bucket: str, client: S3Client | None = None, **client_kwargs: Any) -> None:
         self.bucket = bucket
-        self._s3: S3Client = client or aws.client("s3", **client_kwargs)
+        self._s3: S3Client = client or aws.client("s3", config=_SIGV4, **client_kwargs)
 
     @staticmethod
     def key(task_id: str, name: str) -> str:
-        return f"artifacts/{task_id}/{name}"
+        return artifact_key(task_id, name)
 
     def exists(self, task_id: str, name: str) -> bool:
         try:
@@ -40,6 +53,21 @@ class ArtifactStore:
             "get_object",
             Params={"Bucket": self.bucket, "Key": self.key(task_id, name)},
             ExpiresIn=PRESIGN_SECONDS,
+        )
+
+    def presigned_put(
+        self, task_id: str, name: str, *, content_type: str, content_length: int, expires_seconds: int
+    ) -> str:
+        """A URL that PUTs exactly `content_length` bytes of `content_type` to the artifact."""
+        return self._s3.generate_presigned_url(
+            "put_object",
+            Params={
+                "Bucket": self.bucket,
+                "Key": self.key(task_id, name),
+                "ContentType": content_type,
+                "ContentLength": content_length,
+            },
+            ExpiresIn=expires_seconds,
         )
 
     def read_text(self, task_id: str, name: str) -> str | None:

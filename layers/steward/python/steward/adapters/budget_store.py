@@ -6,8 +6,10 @@ Running totals live on the task item because conditions cannot do arithmetic:
 budget minus committed). Admission is one UpdateItem that checks owner, status `running`,
 the pinned model, `headroom_usd >= cost` (the task cap) and `committed_usd <= token cap -
 cost` (the capability's cap), and records the reservation under a fresh id with an expiry.
-Settlement replaces the reservation by the actual cost on the condition that it still
-exists, so a second settlement, or one after the reaper expired it, changes nothing.
+Settlement replaces the reservation by the actual cost, never by more than the reservation
+(a provider's report above it is recorded in `over_reported_usd` instead, in the same
+UpdateItem), on the condition that the reservation still exists, so a second settlement, or
+one after the reaper expired it, changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import Tables, is_conditional_failure, old_item, plain
-from steward.domain.budget import Refusal, Settlement
+from steward.domain.budget import Refusal, Settlement, charge_for
 from steward.domain.ids import live_shard
 from steward.domain.models import TaskStatus, iso
 from steward.tables import TASKS
@@ -101,17 +103,30 @@ class BudgetStore:
         actual: Decimal,
         expired_before: datetime | None = None,
     ) -> Settlement:
-        """Replace the reservation by `actual` (0 releases it). With `expired_before`, only a
-        reservation that expired before then is settled (the reaper's sweep)."""
+        """Replace the reservation by `actual` (0 releases it), but never by more than
+        `reserved`: a reported cost above the reservation is charged the reservation and the
+        excess is added to `over_reported_usd` in the same UpdateItem (`charge_for`), so the
+        ceiling holds with settlement included and an over-report costs no extra request
+        here. With `expired_before`, only a reservation that expired before then is settled
+        (the reaper's sweep)."""
+        charge = charge_for(reserved, actual)
         condition = "attribute_exists(reservations.#r)"
-        values: dict[str, Any] = {":delta": actual - reserved, ":neg": reserved - actual, ":actual": actual}
+        values: dict[str, Any] = {
+            ":delta": charge.charged - reserved,
+            ":neg": reserved - charge.charged,
+            ":actual": charge.charged,
+        }
+        update = "REMOVE reservations.#r ADD committed_usd :delta, headroom_usd :neg, cost_usd :actual"
+        if charge.over_reported > 0:
+            update += ", over_reported_usd :over"
+            values[":over"] = charge.over_reported
         if expired_before is not None:
             condition += " AND reservations.#r.expires_at < :expired"
             values[":expired"] = iso(expired_before)
         try:
             result = self._table.update_item(
                 Key={"task_id": task_id},
-                UpdateExpression="REMOVE reservations.#r ADD committed_usd :delta, headroom_usd :neg, cost_usd :actual",
+                UpdateExpression=update,
                 ConditionExpression=condition,
                 ExpressionAttributeNames={"#r": reservation_id},
                 ExpressionAttributeValues=values,
@@ -126,14 +141,16 @@ class BudgetStore:
                 False,
                 _decimal(data.get("cost_usd")),
                 _decimal(data.get("committed_usd")),
-                _decimal(data.get("budget_usd")),
+                _decimal(data.get("headroom_usd")),
             )
         data = plain(result["Attributes"])
         return Settlement(
             True,
             _decimal(data.get("cost_usd")),
             _decimal(data.get("committed_usd")),
-            _decimal(data.get("budget_usd")),
+            _decimal(data.get("headroom_usd")),
+            charged_usd=charge.charged,
+            over_reported_usd=charge.over_reported,
         )
 
     def expired(self, shard: str, now: datetime) -> list[tuple[str, str, Decimal]]:

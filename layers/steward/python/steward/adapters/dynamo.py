@@ -66,6 +66,18 @@ class Tables:
                 )
 
 
+class IncludedWriteRefused(Exception):
+    """A write another store included in a transaction failed its own condition (for
+    example a webhook delivery's mark that a concurrent redelivery committed first); the
+    transaction wrote nothing."""
+
+
+def refused_included(error: ClientError, first_included: int) -> bool:
+    """Whether a cancelled transaction failed on one of the parts from `first_included` on."""
+    reasons = cancellation_reasons(error)
+    return any(r.get("Code") == "ConditionalCheckFailed" for r in reasons[first_included:])
+
+
 def error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
@@ -112,6 +124,38 @@ def storable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [storable(v) for v in value]
     return value
+
+
+DYNAMODB_ITEM_LIMIT = 400 * 1024  # bytes: DynamoDB refuses a larger item with ValidationException
+
+
+def item_size(item: Mapping[str, Any]) -> int:
+    """An upper estimate of the size DynamoDB counts for `item` (as the resource API takes it),
+    following its published rules: names and strings in UTF-8 bytes, a number one byte per
+    two significant digits plus one, a boolean or null one byte, a map or list 3 bytes plus
+    one per element plus its elements (map keys count as names). Pure: for checking an item
+    before writing it."""
+    return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: Any) -> int:
+    if value is None or isinstance(value, bool):
+        size = 1
+    elif isinstance(value, str):
+        size = len(value.encode("utf-8", "surrogatepass"))
+    elif isinstance(value, bytes | bytearray):
+        size = len(value)
+    elif isinstance(value, int | float | Decimal):
+        size = (len(Decimal(str(value)).normalize().as_tuple().digits) + 1) // 2 + 1
+    elif isinstance(value, Mapping):
+        size = 3 + sum(len(str(k).encode()) + _value_size(v) + 1 for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        size = 3 + sum(_value_size(v) + 1 for v in value)
+    elif isinstance(value, set | frozenset):
+        size = sum(_value_size(v) for v in value)
+    else:
+        raise TypeError(f"no DynamoDB type for {type(value).__name__}")
+    return size
 
 
 def encode_cursor(last_key: Mapping[str, Any] | None) -> str | None:

@@ -9,11 +9,18 @@ returns that one, starting nothing. ECS keeps a token for 24 hours; past that a 
 would start a second runtime, whose conditional claim fails (DESIGN section 10: never rely
 on a provider token alone).
 
-The runtime's environment is exactly STEWARD_TASK_ID, STEWARD_TICKET, STEWARD_API_URL and
-STEWARD_RELAY_URL (DESIGN section 6), plus AWS_ENDPOINT_URL only when the endpoints name
-one, which they do only locally. Every failure becomes LaunchError with the provider's
-error code or failure reason; the ticket never appears in a message, and the botocore
-error (whose message could echo request parameters) is not chained.
+The runtime's environment (DESIGN section 6): this launcher overrides exactly
+STEWARD_TASK_ID, STEWARD_TICKET, STEWARD_API_URL and STEWARD_RELAY_URL; the task definition
+carries the deployment's runner bounds (STEWARD_RUNNER_*, STEWARD_CHECK_*, and from the image
+STEWARD_SANDBOX_UID=10001 and STEWARD_WORK_DIR=/tmp, optionally STEWARD_KEEP_WORK). No
+AWS_* variable is set by Steward, and the task definition has no task role, so ECS serves
+the container no credentials (no AWS_CONTAINER_CREDENTIALS_RELATIVE_URI); what ECS itself
+adds (AWS_REGION, AWS_DEFAULT_REGION, AWS_EXECUTION_ENV, ECS_CONTAINER_METADATA_URI*)
+names no credential. Every write of the runtime goes through the `/v1/runtime/*` routes.
+
+Every failure becomes LaunchError with the provider's error code or failure reason; the
+ticket never appears in a message, and the botocore error (whose message could echo request
+parameters) is not chained.
 """
 
 from __future__ import annotations
@@ -90,8 +97,6 @@ class FargateLauncher:
             "STEWARD_API_URL": self._endpoints.api_url,
             "STEWARD_RELAY_URL": self._endpoints.relay_url,
         }
-        if self._endpoints.aws_endpoint_url:
-            env["AWS_ENDPOINT_URL"] = self._endpoints.aws_endpoint_url
         return [{"name": k, "value": v} for k, v in env.items()]
 
     def launch(self, task: Task, ticket: str) -> str:

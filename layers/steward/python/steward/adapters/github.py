@@ -86,6 +86,29 @@ class PullRef:
     merged: bool
 
 
+@dataclass(frozen=True)
+class PullObservation:
+    """What GitHub says of a branch's pull request now. `changed` False: GitHub answered 304
+    to the `etag` we sent (nothing changed, and it cost no rate limit); `pull` is then None
+    and the caller keeps what it knew. `etag` is the one to send next time."""
+
+    changed: bool
+    pull: PullRef | None
+    etag: str | None
+
+
+@dataclass(frozen=True)
+class InstallationRead:
+    """An installation as GitHub's API shows it now. `repositories` is None when it cannot
+    be listed (a suspended installation grants no token to list them with)."""
+
+    installation_id: int
+    account: str | None
+    suspended: bool
+    updated_at: datetime
+    repositories: tuple[str, ...] | None
+
+
 def split_repo(repo: str) -> tuple[str, str]:
     """("owner", "name") of "owner/name", or BadRequest."""
     if not is_repo_name(repo):
@@ -191,6 +214,33 @@ class RepositoryClient:
             return found[0] if found else None
 
         return self._call(f"list pull requests of {repo} for {branch}", call)
+
+    def observe_pull(
+        self, installation_id: int, repo: str, branch: str, *, etag: str | None = None
+    ) -> PullObservation:
+        """The pull request of `branch` as `find_pull` picks it, asked conditionally: with
+        the `etag` of the previous answer, an unchanged listing is a 304 (resync polls many
+        branches; unchanged answers must not spend the rate limit)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+        if etag:
+            headers["If-None-Match"] = etag
+        params: dict[str, str | int] = {"head": f"{owner}:{branch}", "state": "all", "per_page": 100}
+
+        def call() -> PullObservation:
+            response = self._gh.request("GET", f"/repos/{owner}/{name}/pulls", params=params, headers=headers)
+            tag = response.headers.get("ETag") or etag
+            if response.status_code == 304:
+                return PullObservation(False, None, tag)
+            found = [
+                PullRef(int(p["number"]), str(p["html_url"]), str(p["state"]), p.get("merged_at") is not None)
+                for p in response.json()
+                if isinstance(p, dict)
+            ]
+            found.sort(key=lambda p: (p.state != "open", p.number))
+            return PullObservation(True, found[0] if found else None, tag)
+
+        return self._call(f"observe the pull request of {repo} for {branch}", call)
 
     def open_pull(
         self, installation_id: int, repo: str, *, head: str, base: str, title: str, body: str
@@ -343,6 +393,52 @@ class GitHubApp(RepositoryClient):
 
     def _fresh_token(self, installation_id: int, repo: str) -> InstallationToken:
         return self.installation_token(installation_id, repo)
+
+    def read_installation(self, installation_id: int) -> InstallationRead:
+        """The installation's account, suspension and repositories as GitHub has them now
+        (to settle deliveries that disagree; the listing uses a token that can only read
+        metadata, so it grants nothing else)."""
+        operation = f"read installation {installation_id}"
+
+        def installation() -> Any:
+            return self._gh.request("GET", f"/app/installations/{installation_id}").json()
+
+        body = self._call(operation, installation)
+        account = body.get("account") or {}
+        handle = account.get("login") or account.get("slug") or account.get("name")
+        suspended = body.get("suspended_at") is not None
+        repositories: tuple[str, ...] | None = None
+        if not suspended:
+
+            def listing() -> tuple[str, ...]:
+                token = self._gh.rest.apps.create_installation_access_token(
+                    installation_id, permissions={"metadata": "read"}
+                ).parsed_data.token
+                names: list[str] = []
+                page = 1
+                while True:
+                    answer = self._gh.request(
+                        "GET",
+                        "/installation/repositories",
+                        params={"per_page": 100, "page": page},
+                        headers={"Authorization": f"token {token}"},
+                    ).json()
+                    batch = [
+                        str(r["full_name"]) for r in answer.get("repositories", []) if isinstance(r, dict)
+                    ]
+                    names += batch
+                    if len(batch) < 100:
+                        return tuple(sorted(names, key=str.lower))
+                    page += 1
+
+            repositories = self._call(f"list the repositories of installation {installation_id}", listing)
+        return InstallationRead(
+            installation_id,
+            str(handle) if handle else None,
+            suspended,
+            _parse_time(str(body.get("updated_at") or "1970-01-01T00:00:00Z")),
+            repositories,
+        )
 
 
 class InstallationClient(RepositoryClient):

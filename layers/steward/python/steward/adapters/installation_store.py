@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
-from steward.adapters.dynamo import Tables, is_conditional_failure, old_item, plain
+from steward.adapters.dynamo import (
+    IncludedWriteRefused,
+    Tables,
+    error_code,
+    is_conditional_failure,
+    old_item,
+    plain,
+    refused_included,
+)
 from steward.domain.errors import Conflict
 from steward.domain.installations import Installation
 from steward.domain.models import iso
@@ -18,11 +26,13 @@ from steward.tables import INSTALLATIONS
 
 def _to_installation(item: dict[str, Any]) -> Installation:
     data = plain(item)
+    data["needs_refresh"] = bool((data.get("github_sync") or {}).get("needs_refresh"))
     return Installation(**{k: data[k] for k in Installation.model_fields if k in data})
 
 
 class InstallationStore:
     def __init__(self, tables: Tables) -> None:
+        self._tables = tables
         self._table = tables.table(INSTALLATIONS)
 
     def get(self, installation_id: int) -> Installation | None:
@@ -86,10 +96,18 @@ class InstallationStore:
         return _to_installation(item), dict(item.get("github_sync") or {}), int(item.get("sync_version", 0))
 
     def put_synced(
-        self, installation: Installation, *, sync: Mapping[str, Any], version: int, now: datetime
+        self,
+        installation: Installation,
+        *,
+        sync: Mapping[str, Any],
+        version: int,
+        now: datetime,
+        include: Sequence[Mapping[str, Any]] = (),
     ) -> bool:
         """Store what the merged webhooks say, keeping the owner link, on the condition that
-        no other sync wrote since `version` was read; False when one did (read again)."""
+        no other sync wrote since `version` was read; False when one did (read again). The
+        `include`d parts of other stores (a delivery's mark) commit with it or not at all;
+        one whose own condition fails raises IncludedWriteRefused."""
         condition = "attribute_not_exists(sync_version)" if version == 0 else "sync_version = :v"
         values: dict[str, Any] = {
             ":a": installation.account,
@@ -101,16 +119,25 @@ class InstallationStore:
         }
         if version:
             values[":v"] = version
+        update: dict[str, Any] = {
+            "Key": {"installation_id": installation.installation_id},
+            "UpdateExpression": "SET account = :a, repositories = :r, suspended = :s, github_sync = :sync, "
+            "sync_version = :next, updated_at = :now",
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
         try:
-            self._table.update_item(
-                Key={"installation_id": installation.installation_id},
-                UpdateExpression="SET account = :a, repositories = :r, suspended = :s, github_sync = :sync, "
-                "sync_version = :next, updated_at = :now",
-                ConditionExpression=condition,
-                ExpressionAttributeValues=values,
-            )
+            if not include:
+                self._table.update_item(**update)
+                return True
+            parts: list[Any] = [{"Update": {"TableName": self._table.name, **update}}, *include]
+            self._tables.client.transact_write_items(TransactItems=parts)
         except ClientError as exc:
             if is_conditional_failure(exc):
                 return False
-            raise
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            if refused_included(exc, 1):
+                raise IncludedWriteRefused from None
+            return False
         return True

@@ -9,6 +9,14 @@ merges again instead of overwriting a task link written in between.
 This module writes every plan item, including the plan parts of the task store's
 transactions (`item_link_update` for spawn, `item_reopen_update` for an explicit retry)
 and the projection of a task's status onto its item (`PlanStore.project_item`).
+
+A plan is one DynamoDB item (400 KB at most). `save` estimates the size of what it is about
+to write (`steward.adapters.dynamo:item_size`) plus what later writes may add to it (task
+links, classifications, the approval: `STORED_GROWTH_PER_ITEM`, `STORED_GROWTH_PER_PLAN`),
+and refuses a plan over `MAX_STORED_PLAN_BYTES` with TooLarge (413) before any write. The
+kept history is bounded by the publish rules (`steward.domain.plans`), so only a document
+whose own items are too large is refused: the parser bounds each item, and a 256 KiB
+document of a hundred items fits with its front matter at its limit and a full history.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import (
+    DYNAMODB_ITEM_LIMIT,
     Tables,
     cancellation_reasons,
     decode_cursor,
@@ -26,14 +35,43 @@ from steward.adapters.dynamo import (
     encode_cursor,
     error_code,
     is_conditional_failure,
+    item_size,
     old_item,
     plain,
 )
 from steward.adapters.user_store import wake_update
 from steward.domain import lifecycle
-from steward.domain.errors import Conflict, NotFound
+from steward.domain.errors import Conflict, NotFound, TooLarge
 from steward.domain.models import ItemStatus, Plan, PlanItem, PlanStatus, Task, iso
 from steward.tables import PLANS
+
+# What writes after a publish may add to the stored plan: per item a task link (task_id,
+# attempt), a classification, a retry request and a longer status; per plan the approval
+# (approved_hash, confirmed_at, confirmations), archived_at and a longer version number.
+STORED_GROWTH_PER_ITEM = 128
+STORED_GROWTH_PER_PLAN = 512
+# Below DynamoDB's limit by a margin for the estimate itself.
+MAX_STORED_PLAN_BYTES = DYNAMODB_ITEM_LIMIT - 8 * 1024
+
+
+def stored_size(plan: Plan) -> int:
+    """The plan's item size as `save` would write it, plus the room later writes may take."""
+    return item_size(plan_to_item(plan)) + STORED_GROWTH_PER_PLAN + STORED_GROWTH_PER_ITEM * len(plan.items)
+
+
+def _refuse_if_too_large(plan: Plan) -> None:
+    size = stored_size(plan)
+    if size <= MAX_STORED_PLAN_BYTES:
+        return
+    largest = max(plan.active_items, key=lambda i: len(i.title.encode()) + len(i.details.encode()))
+    raise TooLarge(
+        f"markdown: the plan would take about {size} bytes once stored, more than the "
+        f"{MAX_STORED_PLAN_BYTES} bytes one plan may take (DynamoDB's 400 KB item limit, less room "
+        f"for task links); its largest checkbox is {largest.ordinal} "
+        f"({len(largest.title.encode()) + len(largest.details.encode())} bytes). Shorten the items: "
+        "tabs in the indentation of details are stored as spaces",
+        field="markdown",
+    )
 
 
 # ---- the plan parts of the task store's transactions
@@ -43,7 +81,8 @@ def item_link_update(
     """The plan part of spawning `task`: link it to its item and mark the item running and
     the plan in progress, on the condition that the plan still approves its current content
     with the item at this revision and not removed, and that the item is linked to
-    `previous_task_id` (None: no task yet and still pending)."""
+    `previous_task_id` (None: no task yet and still pending). The item's `supersedes` goes:
+    the loop fenced that task before this spawn (`steward.services.heartbeat`)."""
     names = {"#s": "status", "#v": "version", "#k": task.item_key, "#items": "items"}
     values: dict[str, Any] = {
         ":tid": task.id,
@@ -67,7 +106,7 @@ def item_link_update(
         "Key": {"user": task.user, "slug": task.plan_slug},
         "UpdateExpression": "SET #items.#k.task_id = :tid, #items.#k.#s = :running, "
         "#items.#k.attempt = :attempt, #s = :in_progress, updated_at = :now ADD #v :one "
-        "REMOVE #items.#k.retry_requested, #items.#k.last_classification",
+        "REMOVE #items.#k.retry_requested, #items.#k.last_classification, #items.#k.supersedes",
         "ConditionExpression": "#s IN (:confirmed, :in_progress) AND approved_hash = content_hash"
         " AND #items.#k.revision = :rev AND #items.#k.removed = :false AND " + link_condition,
         "ExpressionAttributeNames": names,
@@ -154,8 +193,10 @@ class PlanStore:
         return [item_to_plan(i) for i in page["Items"]], encode_cursor(page.get("LastEvaluatedKey"))
 
     def save(self, plan: Plan, *, expected_version: int | None) -> Plan:
-        """Write a whole plan. `expected_version` None means it must not exist yet."""
+        """Write a whole plan. `expected_version` None means it must not exist yet. A plan
+        that would not fit one DynamoDB item is refused (TooLarge) without a request."""
         stored = plan.model_copy(update={"version": (expected_version or 0) + 1})
+        _refuse_if_too_large(stored)
         if expected_version is None:
             condition: dict[str, Any] = {
                 "ConditionExpression": "attribute_not_exists(#u)",

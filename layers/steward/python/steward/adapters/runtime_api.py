@@ -1,29 +1,45 @@
-"""HTTP client of the runtime's three control-plane calls (DESIGN sections 5, 6): the ticket
-exchange, scoped GitHub tokens and model calls through the relay.
+"""HTTP client of every control-plane call the runtime makes (DESIGN sections 5, 6): the
+ticket exchange, scoped GitHub tokens, the claim, heartbeats, progress events, the finish,
+artifact uploads, and model calls through the relay. The runtime holds no AWS credential:
+these calls are how it writes anything, and an artifact goes to S3 by a presigned PUT the
+control plane answers for exactly that task's object.
 
 The capability and tokens travel only in request headers and bodies; no message raised
-here holds one (the API's own error text is bounded, and the relay never echoes a token).
-Model calls wait out a 429 for what `Retry-After` says, within a bounded total, and retry
-a transport failure or a 5xx other than a provider error a few times; a 402 is the end of
-the task's budget.
+here holds one, nor a presigned URL (the API's own error text is bounded, and the relay
+never echoes a token). Calls that are safe to repeat (token, claim, heartbeat, finish,
+upload, model calls) retry a transport failure or a 5xx (other than a provider error) a few
+times and wait out a 429 for what `Retry-After` says, within a bounded total; the exchange
+(single use) and progress events (a repeat would record twice; one lost event is not worth
+a delay) are sent once. A 402 from the relay is the end of the task's budget. A model call
+given a `timeout` (the run's remaining time) spends no more than that on its attempts and
+waits together, and raises `ModelTimeout` (a `TimeoutError`) once it is spent.
 """
 
 from __future__ import annotations
 
+import json as jsonlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import httpx
 
 from steward.adapters.github import InstallationToken
+from steward.domain.models import Task, TaskStatus
 
 EXCHANGE_PATH = "/v1/runtime/exchange"
 GITHUB_TOKEN_PATH = "/v1/runtime/github-token"  # noqa: S105 - a route, not a secret
+CLAIM_PATH = "/v1/runtime/claim"
+HEARTBEAT_PATH = "/v1/runtime/heartbeat"
+EVENTS_PATH = "/v1/runtime/events"
+FINISH_PATH = "/v1/runtime/finish"
+ARTIFACTS_PATH = "/v1/runtime/artifacts"
 CONVERSE_PATH = "/v1/relay/converse"
 _MESSAGE_LIMIT = 300
+UPLOAD_TIMEOUT = 120.0
 
 
 class RuntimeApiError(Exception):
@@ -41,6 +57,10 @@ class BudgetExhausted(RuntimeApiError):
     """The relay answered 402: the task's budget cannot pay for another call."""
 
 
+class ModelTimeout(RuntimeApiError, TimeoutError):
+    """A model call's `timeout` ran out (the run's time, not an infrastructure fault)."""
+
+
 @dataclass(frozen=True)
 class Exchanged:
     task_id: str
@@ -54,6 +74,17 @@ class IssuedToken:
     installation_id: int
     api_url: str | None
     clone_url: str
+
+
+@dataclass(frozen=True)
+class Beat:
+    """A heartbeat's answer: `running` false once the task is no longer this runtime's
+    running task (the runtime stops); the task's status and spend as the control plane
+    holds them."""
+
+    running: bool
+    status: TaskStatus
+    cost_usd: Decimal
 
 
 class RuntimeApi:
@@ -102,9 +133,97 @@ class RuntimeApi:
             str(body["clone_url"]),
         )
 
-    def converse(self, capability: str, request: dict[str, Any]) -> dict[str, Any]:
+    def claim(self, capability: str, runtime_id: str) -> Task:
+        """The capability's task, claimed for `runtime_id` (queued -> running). A 409 means
+        another runtime holds it, or it is no longer startable: nothing to do."""
+        body = self._call(
+            "claim the task",
+            "POST",
+            self.api_url + CLAIM_PATH,
+            headers=_bearer(capability),
+            json={"runtime_id": runtime_id},
+            retries=True,
+        )
+        return Task.model_validate(body["task"])
+
+    def heartbeat(self, capability: str, runtime_id: str) -> Beat:
+        body = self._call(
+            "send a heartbeat",
+            "POST",
+            self.api_url + HEARTBEAT_PATH,
+            headers=_bearer(capability),
+            json={"runtime_id": runtime_id},
+            retries=True,
+        )
+        return Beat(bool(body["running"]), TaskStatus(str(body["status"])), Decimal(str(body["cost_usd"])))
+
+    def event(self, capability: str, runtime_id: str, kind: str, data: Mapping[str, Any]) -> int:
+        """Append one progress event (sent once); its sequence number."""
+        body = self._call(
+            f"record a {kind[:32]} event",
+            "POST",
+            self.api_url + EVENTS_PATH,
+            headers=_bearer(capability),
+            json={"runtime_id": runtime_id, "type": kind, "data": dict(data)},
+        )
+        return int(body["seq"])
+
+    def finish(self, capability: str, runtime_id: str, ending: Mapping[str, Any]) -> str:
+        """Record how the run ended (`steward.services.runtime:Ending`); the task's status
+        as the control plane left it (unchanged when the task was no longer this runtime's)."""
+        body = self._call(
+            "finish the task",
+            "POST",
+            self.api_url + FINISH_PATH,
+            headers=_bearer(capability),
+            json={"runtime_id": runtime_id, **ending},
+            retries=True,
+        )
+        return str(body["status"])
+
+    def upload(self, capability: str, runtime_id: str, name: str, content: bytes) -> None:
+        """Store artifact `name` of the capability's task: a presigned PUT URL from the
+        control plane, then the bytes straight to S3 with no credential of the runtime's."""
+        grant = self._call(
+            f"get an upload URL for {name[:64]}",
+            "POST",
+            f"{self.api_url}{ARTIFACTS_PATH}/{name}",
+            headers=_bearer(capability),
+            json={"runtime_id": runtime_id, "size": len(content)},
+            retries=True,
+        )
+        headers = {
+            k: str(v) for k, v in dict(grant.get("headers") or {}).items() if k.lower() != "content-length"
+        }
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self._http.request(
+                    str(grant.get("method", "PUT")),
+                    str(grant["url"]),
+                    content=content,
+                    headers=headers,
+                    timeout=UPLOAD_TIMEOUT,
+                )
+            except httpx.TransportError as exc:
+                problem, status, transient = f"no answer ({type(exc).__name__})", None, True
+            else:
+                if response.status_code < 300:
+                    return
+                problem, status = f"HTTP {response.status_code}", response.status_code
+                transient = status == 429 or status >= 500
+            if not transient or attempt >= self.attempts:
+                # Never the URL: it is a credential for that object while it lasts.
+                raise RuntimeApiError(
+                    f"could not upload {name[:64]}: {problem}", status=status, retryable=transient
+                )
+            self._sleep(min(2.0**attempt, 10.0))
+
+    def converse(
+        self, capability: str, request: dict[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
         """One model call through the relay: the Converse response plus the relay's
-        `steward` block (cost_usd, remaining_usd, max_tokens)."""
+        `steward` block (cost_usd, remaining_usd, max_tokens). With `timeout`, every attempt
+        and wait fits in that many seconds from now, else `ModelTimeout`."""
         return self._call(
             "call the model",
             "POST",
@@ -113,6 +232,7 @@ class RuntimeApi:
             json=request,
             retries=True,
             timeout=self.model_timeout,
+            deadline=None if timeout is None else time.monotonic() + timeout,
         )
 
     def _call(
@@ -125,20 +245,43 @@ class RuntimeApi:
         json: Any = None,
         retries: bool = False,
         timeout: float | None = None,
+        deadline: float | None = None,
     ) -> dict[str, Any]:
         waited = 0.0
         attempt = 0
         while True:
             attempt += 1
+            limit: Any = timeout or httpx.USE_CLIENT_DEFAULT
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ModelTimeout(
+                        f"could not {what}: the run's time ran out", status=None, code="timeout"
+                    )
+                limit = min(timeout, left) if timeout else left
             try:
                 response = self._http.request(
-                    method, url, headers=headers, json=json, timeout=timeout or httpx.USE_CLIENT_DEFAULT
+                    method,
+                    url,
+                    headers={**(headers or {}), "Content-Type": "application/json"}
+                    if json is not None
+                    else headers,
+                    content=None if json is None else jsonlib.dumps(json, default=str).encode(),
+                    timeout=limit,
                 )
             except httpx.TransportError as exc:
+                if (
+                    isinstance(exc, httpx.TimeoutException)
+                    and deadline is not None
+                    and time.monotonic() >= deadline
+                ):
+                    raise ModelTimeout(
+                        f"could not {what}: the run's time ran out", status=None, code="timeout"
+                    ) from None
                 problem = f"could not {what}: no answer ({type(exc).__name__})"
                 if not retries or attempt >= self.attempts:
                     raise RuntimeApiError(problem, status=None, retryable=True) from None
-                self._sleep(min(2.0**attempt, 10.0))
+                self._pause(min(2.0**attempt, 10.0), deadline, what)
                 continue
             if response.status_code < 400:
                 payload = response.json()
@@ -157,9 +300,15 @@ class RuntimeApi:
                 wait, again = min(2.0**attempt, 10.0), attempt < self.attempts
             if retries and transient and again and waited + wait <= self.max_wait_seconds:
                 waited += wait
-                self._sleep(wait)
+                self._pause(wait, deadline, what)
                 continue
             raise RuntimeApiError(text, status=status, code=code, retryable=transient)
+
+    def _pause(self, seconds: float, deadline: float | None, what: str) -> None:
+        """Sleep before another attempt, unless that would outlast `deadline`."""
+        if deadline is not None and time.monotonic() + seconds >= deadline:
+            raise ModelTimeout(f"could not {what}: the run's time ran out", status=None, code="timeout")
+        self._sleep(seconds)
 
 
 def _bearer(capability: str) -> dict[str, str]:
@@ -179,3 +328,23 @@ def _retry_after(response: httpx.Response) -> float:
         return min(max(float(response.headers.get("Retry-After", "1")), 0.1), 30.0)
     except ValueError:
         return 1.0
+
+
+class RuntimeArtifacts:
+    """The artifact sink of a runtime (`steward.services.publication:ArtifactSink`): uploads
+    through the runtime routes, for the capability's task only."""
+
+    def __init__(self, api: RuntimeApi, capability: str, runtime_id: str, task_id: str) -> None:
+        self._api = api
+        self._capability = capability
+        self._runtime_id = runtime_id
+        self._task_id = task_id
+
+    def __repr__(self) -> str:
+        return f"RuntimeArtifacts(task_id={self._task_id!r})"
+
+    def put(self, task_id: str, name: str, body: bytes, content_type: str) -> None:
+        """`content_type` is decided by the control plane from the name (it signs it)."""
+        if task_id != self._task_id:
+            raise ValueError("a runtime uploads only its own task's artifacts")
+        self._api.upload(self._capability, self._runtime_id, name, body)

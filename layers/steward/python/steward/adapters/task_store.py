@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import (
+    IncludedWriteRefused,
     Tables,
     cancellation_reasons,
     decode_cursor,
@@ -39,6 +40,7 @@ from steward.adapters.dynamo import (
     error_code,
     is_conditional_failure,
     plain,
+    refused_included,
     storable,
 )
 from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen_update
@@ -56,9 +58,11 @@ from steward.domain.tasks import SpawnCharge, SpawnRefused
 from steward.tables import EVENTS, TASKS
 
 TRANSITION_ATTEMPTS = 5
+TRANSITION_PARTS = 2  # the task's update and its event; then the wake, then included parts
 # Concurrent appends to one task each take the next seq or lose and retry; one always wins,
 # so N writers need at most N attempts.
 APPEND_ATTEMPTS = 64
+OVER_REPORT_EVENT = "over_report"
 
 
 def task_to_item(task: Task) -> dict[str, Any]:
@@ -68,7 +72,11 @@ def task_to_item(task: Task) -> dict[str, Any]:
     # Money stays decimal end to end (DynamoDB numbers), never float.
     data["budget_usd"] = task.budget_usd
     data["cost_usd"] = task.cost_usd
-    for name in ("created_at", "updated_at", "last_seen", "deadline", "launched_at"):
+    # Absent until a settlement ADDs to it (a number, never the JSON dump's string).
+    data.pop("over_reported_usd", None)
+    if task.over_reported_usd:
+        data["over_reported_usd"] = task.over_reported_usd
+    for name in ("created_at", "updated_at", "last_seen", "deadline", "launched_at", "github_observed_at"):
         moment = getattr(task, name)
         if moment is not None:
             data[name] = iso(moment)
@@ -224,14 +232,18 @@ class TaskStore:
         extra: Mapping[str, Any] | None = None,
         lifecycle_event: bool = True,
         overdue_at: datetime | None = None,
+        include: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[Task, bool]:
-        """Move `task` (as read) to `target`, append its event, wake the owner's loop.
+        """Move `task` (as read) to `target`, append its event, wake the owner's loop, and
+        commit the `include`d parts of other stores in the same transaction (a webhook's
+        delivery mark: its effect and its "processed" record commit together).
 
         Returns (task as stored, changed). Assigning the status a task already has is a
         no-op, so replays and redeliveries are harmless; a transition the lifecycle forbids
         raises LifecycleError. A concurrent change re-reads and decides again. With
         `overdue_at`, the task moves only while its deadline is before that instant (the
-        reaper: a runtime that renewed in between keeps its task)."""
+        reaper: a runtime that renewed in between keeps its task). An included part whose
+        condition fails raises IncludedWriteRefused and nothing is written."""
         current = task
         for _ in range(TRANSITION_ATTEMPTS):
             if current.status is target:
@@ -251,10 +263,13 @@ class TaskStore:
                     extra=extra,
                     lifecycle_event=lifecycle_event,
                     overdue_at=overdue_at,
+                    include=include,
                 ), True
             except ClientError as exc:
                 if error_code(exc) != "TransactionCanceledException":
                     raise
+                if include and refused_included(exc, TRANSITION_PARTS + lifecycle_event):
+                    raise IncludedWriteRefused from None
                 current = self.require(task.id)
         raise Conflict(f"task {task.id} kept changing; retry")
 
@@ -271,6 +286,7 @@ class TaskStore:
         extra: Mapping[str, Any] | None,
         lifecycle_event: bool,
         overdue_at: datetime | None = None,
+        include: Sequence[Mapping[str, Any]] = (),
     ) -> Task:
         """One transaction: the task, its event, and for a lifecycle event the owner's wake.
 
@@ -324,6 +340,7 @@ class TaskStore:
         ]
         if lifecycle_event:
             actions.append({"Update": wake_update(self._tables, task.user)})
+        actions += [dict(part) for part in include]
         self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         merged = task.model_dump()
         merged.update({k: v for k, v in sets.items() if k in Task.model_fields})
@@ -350,24 +367,45 @@ class TaskStore:
             }
         }
 
-    def append_event(self, task: Task, event: str, data: Mapping[str, Any], *, now: datetime) -> Task:
+    def append_event(
+        self,
+        task: Task,
+        event: str,
+        data: Mapping[str, Any],
+        *,
+        now: datetime,
+        admit: Callable[[Task], None] | None = None,
+        sets: Mapping[str, str] | None = None,
+    ) -> Task:
         """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
-        advance the watermark (DESIGN section 1)."""
+        advance the watermark (DESIGN section 1). `admit(current)` runs before every attempt,
+        on the task as read for it, and raises to refuse the event: every status change moves
+        the event sequence too, so an event admitted for a status is written only while the
+        task still has it. `sets`: attributes of the task written with the event."""
         current = task
         for attempt in range(APPEND_ATTEMPTS):
             if attempt:
                 time.sleep(random.uniform(0, 0.002 * attempt))  # noqa: S311 - jitter, not crypto
+            if admit is not None:
+                admit(current)
             seq = current.event_seq + 1
-            actions: list[Any] = [
-                {
-                    "Update": {
-                        "TableName": self._tables.name(TASKS),
-                        "Key": {"task_id": task.id},
-                        "UpdateExpression": "SET event_seq = :seq",
-                        "ConditionExpression": "event_seq = :prev",
-                        "ExpressionAttributeValues": {":seq": seq, ":prev": current.event_seq},
-                    }
+            also = dict(sets or {})
+            expression = "SET event_seq = :seq" + "".join(f", #x{i} = :x{i}" for i in range(len(also)))
+            update: dict[str, Any] = {
+                "TableName": self._tables.name(TASKS),
+                "Key": {"task_id": task.id},
+                "UpdateExpression": expression,
+                "ConditionExpression": "event_seq = :prev",
+                "ExpressionAttributeValues": {
+                    ":seq": seq,
+                    ":prev": current.event_seq,
+                    **{f":x{i}": v for i, v in enumerate(also.values())},
                 },
+            }
+            if also:
+                update["ExpressionAttributeNames"] = {f"#x{i}": k for i, k in enumerate(also)}
+            actions: list[Any] = [
+                {"Update": update},
                 self._event_put(task, seq, event, dict(data), now),
             ]
             try:
@@ -377,8 +415,15 @@ class TaskStore:
                     raise
                 current = self.require(task.id)
                 continue
-            return current.model_copy(update={"event_seq": seq})
+            return current.model_copy(update={"event_seq": seq, **also})
         raise Conflict(f"task {task.id} kept changing; retry")
+
+    def record_over_report(self, task_id: str, data: Mapping[str, Any], *, now: datetime) -> Task:
+        """The durable `over_report` event of a call whose provider reported more than the
+        relay reserved for it (the settlement already charged the reservation and added the
+        excess to the item's `over_reported_usd`). One consistent read and one transaction:
+        only an over-report pays for them, never a normal settlement."""
+        return self.append_event(self.require(task_id), OVER_REPORT_EVENT, data, now=now)
 
     # ---- runtime
     def claim(self, task: Task, *, runtime_id: str, now: datetime, deadline: datetime) -> Task:
@@ -401,18 +446,56 @@ class TaskStore:
     def touch(self, task_id: str, *, runtime_id: str, now: datetime, deadline: datetime) -> bool:
         """Renew last_seen; False once the task is no longer this runtime's running task
         (cancelled, reaped, finished): the runtime should stop."""
+        return self.renew(task_id, runtime_id=runtime_id, now=now, deadline=deadline) is not None
+
+    def renew(
+        self, task_id: str, *, runtime_id: str, now: datetime, deadline: datetime, user: str | None = None
+    ) -> Task | None:
+        """`touch` in one conditional write that also answers the task as renewed (None: not
+        this runtime's running task, or, with `user`, not that user's). No read."""
+        condition = "#s = :running AND runtime_id = :rid"
+        names = {"#s": "status"}
+        values = {
+            ":now": iso(now),
+            ":deadline": iso(deadline),
+            ":running": TaskStatus.RUNNING.value,
+            ":rid": runtime_id,
+        }
+        if user is not None:
+            condition += " AND #u = :user"
+            names["#u"] = "user"
+            values[":user"] = user
         try:
-            self._table.update_item(
+            renewed = self._table.update_item(
                 Key={"task_id": task_id},
                 UpdateExpression="SET last_seen = :now, deadline = :deadline",
-                ConditionExpression="#s = :running AND runtime_id = :rid",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
+        return item_to_task(renewed["Attributes"])
+
+    def record_observation(self, task: Task, *, now: datetime, etag: str | None) -> bool:
+        """Note that GitHub was asked about the task's pull request and said nothing new
+        (not a lifecycle event: no durable event, no wake). False when the task moved on
+        since it was read (the next resync reads it again)."""
+        values: dict[str, Any] = {":now": iso(now), ":status": task.status.value}
+        update = "SET github_observed_at = :now"
+        if etag:
+            update += ", github_etag = :etag"
+            values[":etag"] = etag
+        try:
+            self._table.update_item(
+                Key={"task_id": task.id},
+                UpdateExpression=update,
+                ConditionExpression="#s = :status",
                 ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":now": iso(now),
-                    ":deadline": iso(deadline),
-                    ":running": TaskStatus.RUNNING.value,
-                    ":rid": runtime_id,
-                },
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if is_conditional_failure(exc):

@@ -7,24 +7,28 @@ DeleteItem (it must exist and not be expired) that returns the deleted item: of 
 of concurrent uses exactly one gets the task id. An expired ticket is refused and left in
 place for the table's TTL to remove (one request per use, and an expired ticket is useless
 whether or not it is still stored). Nothing here logs a ticket or puts one in a message.
+
+A ticket is `stwt_` + 43 base64url characters (`steward.domain.credentials`): the prefix
+lets the relay refuse, and the runner redact, a ticket in text bound for a model without
+mistaking any random-looking string for one.
 """
 
 from __future__ import annotations
 
 import hashlib
-import secrets
 from datetime import datetime
 
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import Tables, is_conditional_failure
+from steward.domain.credentials import new_ticket
 from steward.domain.errors import Conflict
 from steward.domain.models import iso
 from steward.tables import TICKETS
 
 DEFAULT_TTL_SECONDS = 900
 _ISSUE_ATTEMPTS = 3
-_MAX_TICKET_LENGTH = 256  # issued tickets are 43 characters; anything much longer is not one
+_MAX_TICKET_LENGTH = 256  # issued tickets are 48 characters; anything much longer is not one
 
 
 def ticket_hash(ticket: str) -> str:
@@ -44,7 +48,7 @@ class TicketStore:
         if ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive")
         for _ in range(_ISSUE_ATTEMPTS):
-            ticket = secrets.token_urlsafe(32)
+            ticket = new_ticket()
             try:
                 self._table.put_item(
                     Item={

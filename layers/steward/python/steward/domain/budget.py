@@ -138,11 +138,36 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class Charge:
+    """What one settlement charges, and what a provider reported beyond it."""
+
+    charged: Decimal  # never more than the reservation that admitted the call
+    over_reported: Decimal  # reported cost above the reservation (0 for honest usage)
+
+
+def charge_for(reserved: Decimal, reported: Decimal) -> Charge:
+    """The settlement of a call admitted with `reserved` whose provider reported `reported`.
+
+    The reservation is the most the relay authorized for the call, so it is also the most a
+    settlement charges: a provider reporting more (its usage cannot follow from a request
+    bounded by the reservation) is charged the reservation, and the excess is an
+    over-report to record and alarm on, never spend. Negative amounts are refused."""
+    if reserved < 0 or reported < 0:
+        raise ValueError("amounts must be non-negative")
+    if reported <= reserved:
+        return Charge(reported, Decimal(0))
+    with localcontext(_EXACT):
+        return Charge(reserved, reported - reserved)
+
+
+@dataclass(frozen=True)
 class Settlement:
     applied: bool  # False: the reservation was already settled or expired
     cost_usd: Decimal  # settled spend after this settlement
     committed_usd: Decimal
     headroom_usd: Decimal  # task budget - committed
+    charged_usd: Decimal = Decimal(0)  # what this settlement charged (0 when not applied)
+    over_reported_usd: Decimal = Decimal(0)  # what it recorded as over-reported (0 when not applied)
 
     def remaining(self, token_cap: Decimal) -> Decimal:
         return max(Decimal(0), min(self.headroom_usd, token_cap - self.committed_usd))

@@ -7,11 +7,18 @@ bound of `payload_bytes` holds for text, not for images or documents.
 
 `json` is a Bedrock field name that would shadow a pydantic method, so the models call it
 `json_` and accept and emit it only under its alias; dump with `wire(...)`, not by hand.
+
+Text must be Unicode that UTF-8 can encode: JSON's `\\ud800` escape decodes to a lone
+surrogate, which no provider takes and which would break the byte count of the budget bound.
+`text_fields` yields every string of a body (keys included) with its field, for the relay to
+refuse such text, and the credentials it never forwards, naming the field.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -233,3 +240,43 @@ def payload_bytes(request: ConverseRequest) -> int:
     """UTF-8 length of the compact JSON of `model_input`: the basis of the input-token bound."""
     text = json.dumps(model_input(request), ensure_ascii=False, separators=(",", ":"))
     return len(text.encode("utf-8"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PLAIN_KEY = re.compile("[A-Za-z0-9_-]{1,64}")
+
+
+def is_valid_text(text: str) -> bool:
+    """Whether `text` is Unicode that UTF-8 can encode (no lone surrogate)."""
+    return _SURROGATE.search(text) is None
+
+
+def valid_text(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD (what a UTF-8 decoder shows)."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def text_fields(data: Any, root: str = "") -> Iterator[tuple[str, str]]:
+    """Every string of the JSON value `data`, object keys included, with the field it is in,
+    dotted as `BadRequest` names fields (`messages.0.content.1.text`, below `root` if given);
+    a key is reported at its object's field (`body` for the top level without a root). A
+    key that is not a plain name (64 characters of `[A-Za-z0-9_-]`) shows as `*` in the
+    fields below it, so a field name never quotes arbitrary content. A key is yielded before
+    anything under it. Iterative: any depth JSON parses is fine."""
+    stack: list[tuple[str, Any]] = [(root, data)]
+    while stack:
+        field, value = stack.pop()
+        if isinstance(value, str):
+            yield field or "body", value
+        elif isinstance(value, dict):
+            children = []
+            for raw_key, item in value.items():
+                key = str(raw_key)
+                yield field or "body", key
+                name = key if _PLAIN_KEY.fullmatch(key) else "*"
+                children.append((f"{field}.{name}" if field else name, item))
+            stack.extend(reversed(children))
+        elif isinstance(value, list):
+            stack.extend(
+                reversed([(f"{field}.{i}" if field else str(i), item) for i, item in enumerate(value)])
+            )

@@ -18,6 +18,11 @@ Choices beyond DESIGN, written down because hashes and approvals depend on them:
 * YAML merge keys (`<<`) and non-string keys are rejected; so are lone surrogates in the
   markdown, which no storage layer can encode as UTF-8.
 * Empty level-1 headings (`#`) are skipped when looking for the title.
+* No item may store more than a whole document may hold (`DocumentPolicy.max_bytes`, its
+  title and details in UTF-8): tabs in the indentation of details expand to spaces, so a
+  document within the limit can still hold an item beyond it (413, naming the checkbox).
+  A task snapshots its item's text, so this bound is what keeps every task one DynamoDB
+  item; whether the plan as a whole fits is the plan store's check before it writes.
 """
 
 from __future__ import annotations
@@ -236,6 +241,15 @@ def parse_document(markdown: str, policy: DocumentPolicy = DocumentPolicy()) -> 
     lines = text.split("\n")
     front_matter, body_start = _front_matter(lines, policy)
     title, items = _body(lines, body_start, policy)
+    for item in items:
+        stored = len(item.title.encode()) + len(item.details.encode())
+        if stored > policy.max_bytes:
+            message = (
+                f"items: checkbox {item.ordinal} on line {item.line} takes {stored} bytes once stored "
+                f"(tabs in the indentation of its details count as spaces), more than the "
+                f"{policy.max_bytes} bytes one item may take"
+            )
+            raise TooLarge(message, field=f"items[{item.ordinal}]", line=item.line)
     return TaskDocument(front_matter=front_matter, title=title, items=items)
 
 

@@ -14,6 +14,8 @@ class Installation(BaseModel):
     account: str | None = None
     repositories: tuple[str, ...] = ()
     suspended: bool = False
+    # Deliveries stamped alike disagreed about it: the loop re-reads it from GitHub.
+    needs_refresh: bool = False
 
     def holds(self, repo: str) -> bool:
         """Live and holding `repo` (owner/name, compared case-insensitively as GitHub does)."""

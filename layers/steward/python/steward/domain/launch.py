@@ -3,7 +3,7 @@
 The launcher is the one place that turns a queued task into a running runtime: a Fargate
 task in AWS (`adapters.fargate_launcher`), a local process in the embedded stack
 (`local.launcher`). Both give the runtime only its task id, a one-time ticket and the URLs
-of DESIGN section 6, and both are idempotent per task id, because the heartbeat may replay a
+of DESIGN section 6 (with the deployment's runner bounds, and never an AWS variable), and both are idempotent per task id, because the heartbeat may replay a
 launch after a lost response or a crash. The claim stays the real guard: a duplicate runtime
 fails its conditional claim and exits (DESIGN section 10).
 """
@@ -19,12 +19,12 @@ from steward.domain.models import Task
 
 @dataclass(frozen=True)
 class RuntimeEndpoints:
-    """Where a runtime reaches the control plane. `aws_endpoint_url` is set only locally
-    (the moto server); in AWS the runtime uses the real service endpoints."""
+    """Where a runtime reaches the control plane: the only places it reaches at all, besides
+    GitHub (at the URL the token route answers) and S3 (at presigned URLs the runtime routes
+    answer). There is no AWS endpoint here: the runtime holds no AWS credential."""
 
     api_url: str
     relay_url: str
-    aws_endpoint_url: str | None = None
 
 
 class LaunchError(StewardError):

@@ -66,7 +66,13 @@ TERMINAL_TASK_STATUSES = frozenset(
 
 class PlanItem(BaseModel):
     """One top-level checkbox. `key` is stable across moves; `revision` grows when its text
-    changes after work started, so the new text is new work and the old task stays history."""
+    changes after work started, so the new text is new work and the old task stays history.
+
+    `supersedes` is the task of the revision this one replaced, kept until this revision's
+    first task spawns: confirming the new revision cancels that task while it is queued or
+    running, and the loop's spawn of the new revision stops its runtime first (DESIGN
+    section 3). `removed_at` orders the removed items kept as history (the oldest go first
+    when the history is full, `steward.domain.plans`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -83,6 +89,8 @@ class PlanItem(BaseModel):
     attempt: int = 0  # attempt number of `task_id`
     last_classification: str | None = None  # of `task_id`, once it failed
     retry_requested: bool = False  # a person asked for another attempt (POST .../retry)
+    supersedes: str | None = None  # task id of the replaced revision, until this one spawns
+    removed_at: datetime | None = None  # when its checkbox was deleted (history order)
 
     @property
     def shown_status(self) -> ItemStatus:
@@ -108,6 +116,9 @@ class Plan(BaseModel):
     updated_at: datetime
     version: int = 1
     confirmations: int = 0
+    # The highest revision of an item that left the stored plan (history dropped): a new item
+    # starts above it, so an item whose text comes back never reuses a task id.
+    retired_revision: int = 0
 
     def item(self, key: str) -> PlanItem | None:
         return next((i for i in self.items if i.key == key), None)
@@ -172,6 +183,9 @@ class Task(BaseModel):
     pr_url: str | None = None
     pr_number: int | None = None
     cost_usd: Decimal = Decimal("0")
+    # What providers reported beyond the reservations that admitted their calls: recorded by
+    # the relay's settlement, never charged (see steward.domain.budget.charge_for).
+    over_reported_usd: Decimal = Decimal("0")
     created_at: datetime
     updated_at: datetime
     last_seen: datetime | None = None
@@ -180,9 +194,14 @@ class Task(BaseModel):
     deadline: datetime | None = None
     event_seq: int = 0  # seq of the task's last durable event (gapless)
     runtime_id: str | None = None
+    finished_by: str | None = None  # the runtime id whose ending is recorded (a replay writes nothing)
     launched_at: datetime | None = None
     launch_ref: str | None = None
     max_attempts: int = 3
+    # The loop's last look at the task's pull request on GitHub (resync) and the ETag of
+    # that answer, sent back as If-None-Match so an unchanged pull request costs nothing.
+    github_observed_at: datetime | None = None
+    github_etag: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -206,6 +225,7 @@ class Task(BaseModel):
             "budget_usd": str(self.budget_usd),
             "pr_url": self.pr_url,
             "cost_usd": str(self.cost_usd),
+            "over_reported_usd": str(self.over_reported_usd),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

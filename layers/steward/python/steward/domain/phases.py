@@ -6,8 +6,9 @@ model move does to the run. Pure: the harness feeds it moves and obeys what it a
     verify --a check failed--> edit (a repair round; too many end the run)
     summary --the model's text--> done
 
-A call to a tool the phase does not offer, or to no tool at all, is answered as a
-recoverable error and never executed; too many of them end the run. The turn limit bounds
+A call to a tool the phase does not offer, or to no tool at all, or with arguments that are
+not valid text, is answered as a recoverable error and never executed; too many of them end
+the run. The turn limit bounds
 everything else. Authority stays here, in code: the model cannot widen what a phase offers.
 """
 
@@ -123,6 +124,13 @@ def admit(state: RunState, name: str, limits: HarnessLimits) -> tuple[RunState, 
             f"{name} is not offered in the {state.phase.value} phase ({hint}); offered: {_list(state)}",
         )
     return state, Verdict(True)
+
+
+def refuse_arguments(state: RunState, limits: HarnessLimits, error: str) -> tuple[RunState, Verdict]:
+    """A call to an offered tool whose arguments cannot be used at all (text that is not
+    valid Unicode): a model fault, answered like a call that is not offered, counted as an
+    invalid call, never run."""
+    return _invalid(state, limits, error)
 
 
 def _list(state: RunState) -> str:

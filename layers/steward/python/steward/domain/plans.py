@@ -3,20 +3,35 @@
 Identity rules (DESIGN section 3): an item keeps its key (and with it status and task id)
 when its text is unchanged, wherever it moved; an item whose text changed in place keeps
 its key and, if work had started on it, becomes a new revision (pending, no task: the old
-task stays as history); a deleted checkbox is marked removed and keeps its task link.
+task stays as history, named by `supersedes` until the new revision spawns, so confirming
+the new revision can cancel it); a deleted checkbox is marked removed and keeps its task
+link.
+
+Bounded history (a plan is one DynamoDB item, 400 KB at most): a removed item is kept only
+while it has a task, without its details, its title cut to `REMOVED_TITLE_CHARS`, and at
+most `MAX_REMOVED_ITEMS` are kept: those whose task still runs or awaits review first, then
+the most recently removed. An item dropped from the plan may come back (its key derives
+from its text), so the plan remembers the highest revision that left it (`retired_revision`)
+and new items start above it: a task id, a hash of (plan, key, revision, attempt), is never
+reused. Whatever the publish history, the stored plan is the document's items plus at most
+`MAX_REMOVED_ITEMS` short removed ones; what remains to check before a write is that the
+document's own items fit (`steward.adapters.plan_store`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from difflib import SequenceMatcher
 
 from steward.domain import lifecycle
 from steward.domain.documents import ParsedItem, TaskDocument
 from steward.domain.ids import item_key
 from steward.domain.models import ItemStatus, Plan, PlanItem
+
+MAX_REMOVED_ITEMS = 50  # removed items kept as history, the most recently removed
+REMOVED_TITLE_CHARS = 200  # a removed item's title is cut to this many characters
 
 
 @dataclass(frozen=True)
@@ -90,7 +105,8 @@ def _carry(old: PlanItem | None, edited: bool, fields: dict[str, object]) -> Pla
     if old is None:
         return PlanItem(**fields)  # type: ignore[arg-type]
     if edited and old.task_id is not None:
-        # Work started on the old text: the new text is new work, the old task is history.
+        # Work started on the old text: the new text is new work, the old task is history,
+        # superseded once the new revision is confirmed.
         return old.model_copy(
             update={
                 **fields,
@@ -100,14 +116,35 @@ def _carry(old: PlanItem | None, edited: bool, fields: dict[str, object]) -> Pla
                 "attempt": 0,
                 "last_classification": None,
                 "retry_requested": False,
+                "supersedes": old.task_id,
             }
         )
     return old.model_copy(update=fields)
 
 
-def match_items(plan_id: str, old: Iterable[PlanItem], new: tuple[ParsedItem, ...]) -> tuple[PlanItem, ...]:
-    """Return the stored items after publishing `new`: active ones in document order, then
-    the removed ones."""
+def _short(title: str) -> str:
+    return title if len(title) <= REMOVED_TITLE_CHARS else title[: REMOVED_TITLE_CHARS - 1] + "\u2026"
+
+
+_NEVER = datetime.min.replace(tzinfo=UTC)  # removed before removals were dated: oldest
+_LIVE_ITEM_STATUSES = frozenset({ItemStatus.RUNNING, ItemStatus.REVIEW})
+
+
+@dataclass(frozen=True)
+class Merged:
+    items: tuple[PlanItem, ...]  # active ones in document order, then the removed ones kept
+    retired_revision: int  # the plan's new `retired_revision`
+
+
+def merge_items(
+    plan_id: str,
+    old: Iterable[PlanItem],
+    new: tuple[ParsedItem, ...],
+    *,
+    now: datetime | None = None,
+    retired_revision: int = 0,
+) -> Merged:
+    """The stored items after publishing `new`, and the history they leave behind."""
     active = sorted((i for i in old if not i.removed), key=lambda i: i.ordinal)
     removed = [i for i in old if i.removed]
     taken = {i.key for i in active} | {i.key for i in removed}
@@ -122,18 +159,43 @@ def match_items(plan_id: str, old: Iterable[PlanItem], new: tuple[ParsedItem, ..
             "text_hash": parsed.text_hash,
             "checked": parsed.checked,
             "removed": False,
+            "removed_at": None,
         }
         previous = alignment.matched.get(j) or alignment.edited.get(j)
         if previous is None:
+            # Fresh keys never equal a key the plan holds (`taken`), but may equal one that
+            # left it: start above every revision that left, so no task id is reused.
             fields["key"] = _fresh_key(plan_id, parsed.text_hash, taken)
+            fields["revision"] = retired_revision + 1
         item = _carry(previous, j in alignment.edited, fields)
         result.append(item.model_copy(update={"status": _status_for_checkbox(item, parsed.checked)}))
 
-    # A deleted checkbox with work attached stays as history (its task runs on untouched);
-    # one without work is dropped: its key is derived from its text, so if the text comes
-    # back it gets the same key. Details of removed items are dropped to bound item size.
-    gone = [i.model_copy(update={"removed": True, "details": ""}) for i in alignment.gone if i.task_id]
-    return (*result, *gone, *removed)
+    # A deleted checkbox with work attached stays as history (its task runs on untouched),
+    # without its details and with a short title; one without work is dropped: its key is
+    # derived from its text, so if the text comes back it gets the same key.
+    gone = [
+        i.model_copy(update={"removed": True, "details": "", "title": _short(i.title), "removed_at": now})
+        for i in alignment.gone
+        if i.task_id
+    ]
+    # Kept first: items whose task still runs or awaits review (their projection lands on
+    # them), then the most recently removed.
+    history = sorted(
+        (*gone, *removed),
+        key=lambda i: (i.status in _LIVE_ITEM_STATUSES, i.removed_at or _NEVER),
+        reverse=True,
+    )
+    dropped = [i for i in alignment.gone if not i.task_id] + history[MAX_REMOVED_ITEMS:]
+    retired = max(
+        [retired_revision, *(i.revision for i in dropped if i.task_id or i.supersedes or i.revision > 1)]
+    )
+    return Merged((*result, *history[:MAX_REMOVED_ITEMS]), retired)
+
+
+def match_items(plan_id: str, old: Iterable[PlanItem], new: tuple[ParsedItem, ...]) -> tuple[PlanItem, ...]:
+    """Return the stored items after publishing `new`: active ones in document order, then
+    the removed ones kept as history."""
+    return merge_items(plan_id, old, new).items
 
 
 def publish(
@@ -151,7 +213,14 @@ def publish(
         lifecycle.after_publish(existing.status, content_changed=False)  # archived still refuses
         return PublishResult(existing, changed=False)
     status = lifecycle.after_publish(existing.status if existing else None, content_changed=True)
-    items = match_items(plan_id, existing.items if existing else (), document.items)
+    merged = merge_items(
+        plan_id,
+        existing.items if existing else (),
+        document.items,
+        now=now,
+        retired_revision=existing.retired_revision if existing else 0,
+    )
+    items = merged.items
     front_matter = document.front_matter.model_dump(mode="json")
     if existing is None:
         plan = Plan(
@@ -166,6 +235,7 @@ def publish(
             items=items,
             created_at=now,
             updated_at=now,
+            retired_revision=merged.retired_revision,
         )
     else:
         plan = existing.model_copy(
@@ -177,6 +247,7 @@ def publish(
                 "content_hash": content_hash,
                 "items": items,
                 "updated_at": now,
+                "retired_revision": merged.retired_revision,
             }
         )
     return PublishResult(plan, changed=True)

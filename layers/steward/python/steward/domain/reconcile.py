@@ -5,12 +5,22 @@ tasks plus what the plans' items record of their tasks. The result is the list o
 that move observed toward desired. Every action is idempotent in `apply` (conditional
 writes), so a decision computed from stale state is harmless: its writes fail their
 conditions and the next tick decides again from fresh state.
+
+Supersession (DESIGN section 3): a queued or running task whose item the approved plan now
+holds at a later revision is cancelled (`superseded`). Confirming the new revision already
+cancels it (`steward.services.plans`); this rule is the backstop that makes a crash between
+that confirm and its cancel converge, because the approval, not the cancel, is the durable
+decision. Only queued and running tasks are touched: a task in review keeps its pull
+request (the person may close it), and the new revision spawns whatever became of the old
+task; its spawn names the task it supersedes (`Spawn.supersedes`), which the loop fences
+(cancelled if still live, runtime stopped) before the new task exists. A deleted checkbox
+is not an edit: its task runs on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from steward.domain.models import (
@@ -23,6 +33,7 @@ from steward.domain.models import (
 )
 
 RETRYABLE = "retryable"
+SUPERSEDED = "superseded"  # the reason of a task cancelled because its item's text changed
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,7 @@ class Spawn:
     revision: int
     attempt: int
     previous_task_id: str | None
+    supersedes: str | None = None  # the older revision's task, fenced before this spawn
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,7 @@ def next_spawn(item: PlanItem, max_attempts: int) -> Spawn | None:
     if item.removed:
         return None
     if item.status is ItemStatus.PENDING and item.task_id is None:
-        return Spawn("", item.key, item.revision, 1, None)
+        return Spawn("", item.key, item.revision, 1, None, item.supersedes)
     if item.status is ItemStatus.PENDING and item.retry_requested and item.task_id:
         # A person asked for another attempt: not limited by max_attempts.
         return Spawn("", item.key, item.revision, item.attempt + 1, item.task_id)
@@ -110,6 +122,20 @@ def item_finished(item: PlanItem, max_attempts: int) -> bool:
     if item.status in (ItemStatus.MERGED, ItemStatus.CLOSED, ItemStatus.DONE):
         return True
     return item.status is ItemStatus.FAILED and next_spawn(item, max_attempts) is None
+
+
+def superseded(plan: Plan, task: Task) -> bool:
+    """`task` is queued or running for a revision of its item older than the one `plan`
+    approves now: its work is no longer what the person approved."""
+    if task.plan_id != plan.id or task.status not in _RUNS:
+        return False
+    if (
+        plan.status not in (PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS)
+        or plan.approved_hash != plan.content_hash
+    ):
+        return False
+    item = plan.item(task.item_key)
+    return item is not None and not item.removed and item.revision > task.revision
 
 
 def _max_attempts(plan: Plan) -> int:
@@ -134,13 +160,14 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
             continue  # an edit awaits approval: no new work (the loop never sees this state
             # from a well-behaved publish, which also changes the status; kept as a guard)
         max_attempts = _max_attempts(plan)
+        actions += [Cancel(t.id, SUPERSEDED) for t in plan_tasks if superseded(plan, t)]
         repairs = [
             RepairItem(plan.slug, i.task_id)
             for i in plan.items
             if i.status is ItemStatus.RUNNING and i.task_id and i.task_id not in live_by_id
         ]
         spawns = [
-            Spawn(plan.slug, s.item_key, s.revision, s.attempt, s.previous_task_id)
+            replace(s, plan_slug=plan.slug)
             for i in plan.active_items
             if (s := next_spawn(i, max_attempts)) is not None
         ]

@@ -4,8 +4,14 @@ written (DESIGN sections 6, 10, 11). Pure: no I/O.
 It fails closed: a `RedactionError` means redaction could not be guaranteed, and the caller
 must write nothing. Redacted are the exact values of the secrets the process holds (and their
 base64 and URL encodings), GitHub tokens of every generation, Basic headers for
-x-access-token, Authorization and Bearer credentials, userinfo in URLs, JWTs and AWS
-credentials. Bare 40-hex strings are not: a diff is full of git SHAs.
+x-access-token, Authorization and Bearer credentials, userinfo in URLs, JWTs, AWS
+credentials and Steward's tickets. Bare 40-hex strings are not: a diff is full of git SHAs.
+
+Text bound for a model passes a narrower view (`Redactor.for_model`): the secrets held,
+GitHub's tokens and the credentials Steward issues (tickets, capabilities), none of the
+generic shapes, which repositories hold in fixtures the model must be able to read and edit.
+`issued_credential` finds the same credentials for the relay, which refuses to forward them
+(`steward.domain.credentials` says how a ticket or a capability is told from lookalikes).
 
 Each rule is a sequence of pieces (literals and character runs) rather than a free regex, so
 that one description yields both the regex that matches and one for every text that could
@@ -26,10 +32,12 @@ from __future__ import annotations
 import base64
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 from urllib.parse import quote
+
+from steward.domain.credentials import TICKET_BODY_CHARS, TICKET_PREFIX, is_capability
 
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 6  # shorter "secrets" would redact ordinary words
@@ -234,10 +242,34 @@ def _not_aws_secret(value: str) -> bool:
     return any(char in value for char in "([{$<")
 
 
-_RULES: tuple[_Rule, ...] = (
-    # GitHub tokens of every generation
+# GitHub tokens of every generation, and the base64 of "x-access-token:" (15 bytes encode to
+# exactly these 20 characters: a Basic header of an installation token)
+_GITHUB_RULES: tuple[_Rule, ...] = (
     _Rule((_Lit("gh"), _Run("[pousr]", 1, 1), _Lit("_"), _Run(_GH_BODY, 20)), head=3),
     _Rule((_Lit("github_pat_"), _Run("[A-Za-z0-9_]", 22)), head=1),
+    _Rule((_Lit("eC1hY2Nlc3MtdG9rZW46"), _Run(_B64, 0)), head=1),
+)
+# Steward's one-time tickets (`steward.domain.credentials`): the prefix, then the random part
+_TICKET_RULE = _Rule((_Lit(TICKET_PREFIX), _Run(_B64URL, TICKET_BODY_CHARS)), head=1)
+# JWTs, with or without a signature, and whatever dotted segments follow (so that a match
+# beginning inside one ends where it ends)
+_JWT_RULE = _Rule(
+    (
+        _Lit("eyJ"),
+        _Run(_B64URL, 4, 4),
+        _Run(_B64URL, 4),
+        _Lit("."),
+        _Lit("eyJ"),
+        _Run(_B64URL, 8),
+        _Run("[A-Za-z0-9_.-]", 0),
+    ),
+    head=2,
+    finder=_jwts,
+)
+
+_RULES: tuple[_Rule, ...] = (
+    *_GITHUB_RULES,  # first: `_GITHUB_COMPILED` is their slice
+    _TICKET_RULE,
     # Old 40-hex tokens, only after `token ` / `token=` / `access_token: ` and the like. The hex
     # run is split so that a stream cut short after 8 hex digits still redacts them.
     _Rule((_Lit("token", True), _Run(_BLANK, 1), _Run(_HEX, 8, 8), _Run(_HEX, 32)), first=2, head=3),
@@ -246,8 +278,6 @@ _RULES: tuple[_Rule, ...] = (
         first=6,
         head=7,
     ),
-    # base64 of "x-access-token:" (15 bytes encode to exactly these 20 characters): a Basic header
-    _Rule((_Lit("eC1hY2Nlc3MtdG9rZW46"), _Run(_B64, 0)), head=1),
     # `Authorization: <scheme> <credentials>`: the whole value, to the end of the line or string
     # (Digest and AWS4 credentials have blanks and commas). The credential must start like one,
     # so that code (`authorization: str | None`, `"Authorization": f"Bearer {token}"`,
@@ -282,21 +312,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # userinfo in a URL; the scheme is not needed to recognize it, and without it no rule looks back
     _Rule((_Lit("://"), _Run("[^/@\\s]", 1), _Lit("@")), first=1, last=2),
-    # JWTs, with or without a signature, and whatever dotted segments follow (so that a match
-    # beginning inside one ends where it ends)
-    _Rule(
-        (
-            _Lit("eyJ"),
-            _Run(_B64URL, 4, 4),
-            _Run(_B64URL, 4),
-            _Lit("."),
-            _Lit("eyJ"),
-            _Run(_B64URL, 8),
-            _Run("[A-Za-z0-9_.-]", 0),
-        ),
-        head=2,
-        finder=_jwts,
-    ),
+    _JWT_RULE,
     # AWS access key ids (16 characters follow; the whole run is taken) and secret values
     _Rule((_Lit("A"), _Run("[KS]", 1, 1), _Lit("IA"), _Run("[A-Z0-9]", 16)), head=3),
     _Rule(
@@ -313,6 +329,18 @@ _RULES: tuple[_Rule, ...] = (
     ),
 )
 _COMPILED = tuple(_Compiled(rule) for rule in _RULES)
+_GITHUB_COMPILED = _COMPILED[: len(_GITHUB_RULES)]
+_TICKET_COMPILED = _Compiled(_TICKET_RULE)
+_JWT_COMPILED = _Compiled(_JWT_RULE)
+# What text bound for a model is redacted of (`Redactor.for_model`): GitHub's tokens and the
+# credentials Steward issues, which the relay refuses to forward. Generic shapes (any JWT, AWS
+# keys, URL userinfo, `token <hex>`) are left alone: repositories hold them in fixtures, and a
+# model that reads `[REDACTED]` where the file has text cannot edit that file.
+_MODEL_COMPILED = (
+    *_GITHUB_COMPILED,
+    _TICKET_COMPILED,
+    _Compiled(replace(_JWT_RULE, keep=lambda token: not is_capability(token))),
+)
 # No rule matches across a line break, so after one nothing older can continue (see _swallow).
 _LINE_BREAK = re.compile("[\\r\\n]")
 
@@ -391,12 +419,14 @@ def _matches(rule: _Compiled, text: str) -> Iterator[tuple[tuple[int, int], tupl
         found = rule.full.search(text, found.start() + 1)
 
 
-def _scan(text: str, known: _Known) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def _scan(
+    text: str, known: _Known, rules: tuple[_Compiled, ...] = _COMPILED
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(what to redact, what must not be cut): the credentials, and the whole matches (kept
     context and the prose that `keep` spared included) with every secret occurrence."""
     covered: list[tuple[int, int]] = []
     whole: list[tuple[int, int]] = []
-    for rule in _COMPILED:
+    for rule in rules:
         for span, (start, end), credential in _matches(rule, text):
             whole.append(span)
             if end > start and (rule.keep is None or not rule.keep(credential)):
@@ -463,7 +493,20 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
         self._known = _Known()
+        self._rules: tuple[_Compiled, ...] = _COMPILED
+        self._source: Redactor = self  # whose secrets this one uses (a view's, its parent's)
         self.add(*secrets)
+
+    def for_model(self) -> Redactor:
+        """A view for text sent to a model: the secrets this redactor holds (now and as they
+        grow) and the credentials GitHub and Steward issue (tokens, tickets, capabilities:
+        what the relay refuses to forward), but none of the generic rules (any JWT, AWS keys,
+        URL userinfo, Authorization values), which would hide fixtures from the model."""
+        view = type(self).__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view._rules = _MODEL_COMPILED
+        view._source = self._source
+        return view
 
     def add(self, *secrets: str) -> None:
         """Hold `secrets` too. Values shorter than 6 characters are ignored (they would redact
@@ -473,25 +516,26 @@ class Redactor:
             for secret in secrets
             if isinstance(secret, str) and len(secret) >= MIN_SECRET_LENGTH and secret not in REDACTED
         }
-        with self._lock:
-            known = self._known
+        source = self._source
+        with source._lock:
+            known = source._known
             fresh -= known.values
             if not fresh:
                 return
             forms = set(known.forms)
             for secret in fresh:
                 forms |= _forms(secret)
-            self._known = _Known(known.values | fresh, tuple(sorted(forms, key=lambda f: (-len(f), f))))
+            source._known = _Known(known.values | fresh, tuple(sorted(forms, key=lambda f: (-len(f), f))))
 
     def redact(self, text: str) -> str:
         """`text` without credentials. Raises RedactionError on any internal failure or if a
         known secret survives."""
-        known = self._known
+        known = self._snapshot()
 
         def run() -> str:
             if not isinstance(text, str):
                 raise TypeError("only text can be redacted")
-            covered, _ = _scan(text, known)
+            covered, _ = _scan(text, known, self._rules)
             output = _render(text, covered, 0, len(text))
             _verify(output, known)
             return output
@@ -551,7 +595,7 @@ class Redactor:
         return StreamRedactor(self)
 
     def _snapshot(self) -> _Known:
-        return self._known
+        return self._source._known
 
 
 class StreamRedactor:
@@ -620,10 +664,11 @@ class StreamRedactor:
             self._pending = pending
             return ""
         text, self._pending = self._buffer + pending, ""
-        covered, whole = _scan(text, known)
+        rules = self._redactor._rules
+        covered, whole = _scan(text, known, rules)
         cut = len(text)
         backwards = text[::-1]
-        for rule in _COMPILED:
+        for rule in rules:
             if (growing := rule.growing.search(text, rule.reach_from(text, backwards))) is not None:
                 cut = min(cut, growing.start())
         for form in known.forms:
@@ -664,9 +709,10 @@ class StreamRedactor:
         if self._swallowing:
             self._swallowing = False
             return ""
-        covered, _ = _scan(text, known)
+        rules = self._redactor._rules
+        covered, _ = _scan(text, known, rules)
         backwards = text[::-1]
-        for rule in _COMPILED:
+        for rule in rules:
             if rule.partial is None:
                 continue
             if (match := rule.partial.search(text, rule.reach_from(text, backwards))) is not None:
@@ -683,3 +729,28 @@ class StreamRedactor:
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` without credentials: `Redactor(secrets).redact(text)`."""
     return Redactor(secrets).redact(text)
+
+
+GITHUB_TOKEN = "a GitHub token"  # noqa: S105 - a kind of credential, not one
+STEWARD_TICKET = "a Steward ticket"
+STEWARD_CAPABILITY = "a Steward capability"
+
+
+def issued_credential(text: str, key_ids: Collection[str] = ()) -> str | None:
+    """The kind of the first credential GitHub or Steward issued that `text` holds
+    (`GITHUB_TOKEN`, `STEWARD_TICKET`, `STEWARD_CAPABILITY`), or None. What the relay refuses
+    to forward: the same GitHub rules as redaction (`gh[pousr]_...`, `github_pat_...`, the
+    base64 of `x-access-token:`), tickets by their prefix, and JWTs that are capabilities by
+    their claims or, with `key_ids`, by their header's key id
+    (`steward.domain.credentials.is_capability`). Generic shapes (any other JWT, AWS keys,
+    URL userinfo) are not looked for: repositories hold them in fixtures."""
+    for rule in _GITHUB_COMPILED:
+        if rule.full.search(text) is not None:
+            return GITHUB_TOKEN
+    if _TICKET_COMPILED.full.search(text) is not None:
+        return STEWARD_TICKET
+    if "eyJ" in text:
+        for _, _, token in _matches(_JWT_COMPILED, text):
+            if is_capability(token, key_ids):
+                return STEWARD_CAPABILITY
+    return None

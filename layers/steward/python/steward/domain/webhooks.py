@@ -56,10 +56,9 @@ Every part is a maximum over a total order (and a union at equal stamps), so any
 any repetition of the same deliveries yields the same state. Where deliveries with the same
 stamp disagree (suspended or not, a repository present or absent, two logins), the choice
 above is provisional and the state records the dispute: `InstallationSync.needs_refresh`.
-That is the hook for re-reading the installation from GitHub's API rather than guessing; no
-adapter does it yet. A refresh must overwrite the disputed parts at their stamp with what
-the API says (an authoritative read, not another vote, since it carries the same
-`updated_at`); a later stamp settles a dispute too.
+The loop's resync re-reads such an installation from GitHub's API (`refresh_change`: the
+read merged as one more change, stamped just after the disputed ones, so it settles them
+without another vote); a later stamp settles a dispute too.
 
 An installation stored before any webhook (an operator's or the local stack's `put`) is the
 baseline, stamp 0, older than every event; once webhooks have been merged, the next one
@@ -388,7 +387,7 @@ def correlation_problem(
 # ---- installations: an order-independent merge (see the module docstring)
 
 # At one stamp: another event's report of `suspended_at` < suspend < unsuspend.
-REPORT, SUSPEND, UNSUSPEND = 0, 1, 2
+REPORT, SUSPEND, UNSUSPEND, READ = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -594,6 +593,38 @@ def sync_from_map(raw: Mapping[str, Any], stored: Installation | None) -> Instal
             disputed=bool(account.get("disputed", False)),
         ),
         deleted=bool(raw["deleted"]),
+    )
+
+
+def refresh_change(
+    state: InstallationSync,
+    *,
+    installation_id: int,
+    updated_at: datetime,
+    account: str | None,
+    suspended: bool,
+    repositories: tuple[str, ...] | None,
+) -> InstallationChange:
+    """What GitHub's API says of the installation now, as one more change to merge. It is
+    stamped one millisecond after both the API's `updated_at` and the newest stamp merged so
+    far: later than every delivery it settles (deliveries stamped alike disagree only within
+    one second of GitHub's clock, whose stamps are whole seconds), earlier than any delivery
+    GitHub stamps later, so the join stays order-independent. Its repositories, when it could
+    list them, are a snapshot, like `created`'s."""
+    newest = max(
+        state.snapshot,
+        state.suspended.stamp,
+        state.account.stamp,
+        *(e.stamp for e in state.repos.values()),
+        0,
+    )
+    return InstallationChange(
+        installation_id=installation_id,
+        stamp=max(_stamp(updated_at), newest) + 1,
+        account=account,
+        suspended=suspended,
+        snapshot=repositories,
+        precedence=READ,
     )
 
 

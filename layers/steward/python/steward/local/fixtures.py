@@ -43,11 +43,12 @@ def running_task_with_capability(
         f'---\nrepo: {FIXTURE_REPO}\nmodel: {model}\nbudget_usd: "{budget_usd}"\nchecks:\n  - pytest -q\n---\n'
         f"# Relay fixture\n\n- [ ] Exercise the relay\n"
     )
-    plans = PlanService(PlanStore(tables), DocumentPolicy(max_budget_usd=max(budget_usd, Decimal("10"))))
+    tasks = TaskStore(tables)
+    policy = DocumentPolicy(max_budget_usd=max(budget_usd, Decimal("10")))
+    plans = PlanService(PlanStore(tables), policy, tasks=tasks)
     plans.publish(user, slug, markdown)
     plan = plans.confirm(user, slug)
     now = utcnow()
-    tasks = TaskStore(tables)
     task, _ = tasks.spawn(
         task_for(plan, plan.active_items[0], attempt=1, now=now), previous_task_id=None, now=now
     )

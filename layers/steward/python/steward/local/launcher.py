@@ -2,10 +2,20 @@
 
 Each runtime is `python -m steward.runner` in its own session and process group, so `stop`
 reaches everything it started (SIGTERM to the group, SIGKILL after a grace). The child
-gets a minimal environment built here, never this process's: PATH, HOME and LANG, the
-variables of DESIGN section 6 (the ticket only there, never in argv, which any local user
-can read), the moto endpoint with dummy credentials and a region, and `extra_env` (the
-stack's table prefix and the like), which cannot override the per-task variables.
+gets a minimal environment built here, never this process's (DESIGN section 6), exactly:
+
+* PATH, HOME and LANG, copied from this process where set;
+* STEWARD_TASK_ID, STEWARD_TICKET (only here, never in argv, which any local user can
+  read), STEWARD_API_URL and STEWARD_RELAY_URL;
+* `extra_env`: the deployment's runner bounds as a Fargate task definition would carry
+  them — STEWARD_RUNNER_* (the tool-loop bounds, STEWARD_RUNNER_HEARTBEAT_SECONDS),
+  STEWARD_CHECK_*, STEWARD_SANDBOX_UID, STEWARD_WORK_DIR, STEWARD_KEEP_WORK and the stack's
+  STEWARD_STREAM_URL — which cannot override the per-task variables. Any other name
+  (an AWS_* variable, STEWARD_TABLE_PREFIX, a control-plane setting) is refused when the
+  launcher is built (`steward.config:is_runtime_setting`).
+
+No AWS_* variable at all — no key, no region, no endpoint: the runtime writes only through
+the `/v1/runtime/*` routes, and uploads its artifacts to the presigned URLs they answer.
 
 A launch while the task's process still runs returns its reference ("local:<pid>") and
 starts nothing; once it exited, a launch starts a new one (whose claim decides whether it
@@ -29,11 +39,12 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import IO
 
+from steward.config import is_runtime_setting
 from steward.domain.launch import LaunchError, RuntimeEndpoints
 from steward.domain.models import Task
 
 RUNNER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "steward.runner")
-LOCAL_REGION = "us-east-1"
+COPIED = ("PATH", "HOME", "LANG")
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 _REF_PREFIX = "local:"
 
@@ -85,7 +96,11 @@ class LocalLauncher:
         stop_grace: float = 5.0,
     ) -> None:
         """`command` replaces the runner (tests use it for a runtime that keeps running);
-        `stop_grace` is how long `stop` waits after SIGTERM before SIGKILL."""
+        `stop_grace` is how long `stop` waits after SIGTERM before SIGKILL. ValueError for an
+        `extra_env` name that is not a runner bound."""
+        refused = sorted(name for name in extra_env if not is_runtime_setting(name))
+        if refused:
+            raise ValueError(f"not a runtime setting, never passed to a runtime: {', '.join(refused)}")
         self._endpoints = endpoints
         self._extra_env = dict(extra_env)
         self._log_dir = log_dir
@@ -136,17 +151,9 @@ class LocalLauncher:
 
     # ---- internals
     def environment(self, task: Task, ticket: str) -> dict[str, str]:
-        env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or LOCAL_REGION
-        env |= {
-            "AWS_REGION": region,
-            "AWS_DEFAULT_REGION": region,
-            "AWS_ACCESS_KEY_ID": "local",  # the moto server accepts any key
-            "AWS_SECRET_ACCESS_KEY": "local",
-        }
+        """The runtime's whole environment (see the module docstring)."""
+        env = {name: os.environ[name] for name in COPIED if name in os.environ}
         env |= self._extra_env
-        if self._endpoints.aws_endpoint_url:
-            env["AWS_ENDPOINT_URL"] = self._endpoints.aws_endpoint_url
         env |= {
             "STEWARD_TASK_ID": task.id,
             "STEWARD_TICKET": ticket,

@@ -50,6 +50,9 @@ class LocalStack:
     moto_port: int = 0
     tick_seconds: float = DEFAULT_TICK_SECONDS
     reaper_seconds: float = DEFAULT_REAPER_SECONDS
+    # How stale a review task's view of GitHub may get (STEWARD_GITHUB_RESYNC_SECONDS); None
+    # keeps whatever the environment says (default 900).
+    resync_seconds: int | None = None
     log_dir: Path | None = None
     _moto: MotoServer | None = field(default=None, init=False)
     _api: LambdaHttpServer | None = field(default=None, init=False)
@@ -185,14 +188,14 @@ class LocalStack:
     def _start_http(self, issuer: DevIssuer) -> tuple[str, str]:
         """The HTTP API (user routes behind the JWT authorizer, runtime routes outside it, as
         two API Gateway routes to two functions) and the relay's REST API."""
-        from steward import mint_handler, relay_handler  # noqa: PLC0415 - configured by the environment
+        from steward import relay_handler, runtime_handler  # noqa: PLC0415 - configured by the environment
         from steward.api import handler  # noqa: PLC0415
 
         _forget_clients()
 
         def gateway(event: dict[str, Any], context: Any) -> Any:
             if str(event.get("rawPath", "")).startswith(RUNTIME_PREFIX):
-                return mint_handler.lambda_handler(event, context)
+                return runtime_handler.lambda_handler(event, context)
             return handler.lambda_handler(event, context)
 
         self._api = LambdaHttpServer(
@@ -236,6 +239,9 @@ class LocalStack:
             {
                 "STEWARD_QUEUE_PREFIX": prefix,
                 "STEWARD_TICK_SECONDS": str(max(1, int(self.tick_seconds))),
+                **(
+                    {"STEWARD_GITHUB_RESYNC_SECONDS": str(self.resync_seconds)} if self.resync_seconds else {}
+                ),
                 "STEWARD_LAUNCHER": "local",
                 "STEWARD_API_URL": api_url,
                 "STEWARD_RELAY_URL": relay_url,

@@ -1,5 +1,8 @@
-"""The runtime's settings: the four variables the launcher passes (DESIGN section 6) and the
-deployment's fixed ones (table prefix, bucket, limits), all from the environment."""
+"""The runtime's settings, all from the environment: the four variables the launcher passes
+per task (DESIGN section 6) and the deployment's runner bounds (`STEWARD_RUNNER_*`,
+`STEWARD_CHECK_*`, `STEWARD_SANDBOX_UID`, `STEWARD_WORK_DIR`, `STEWARD_KEEP_WORK`, and
+locally `STEWARD_STREAM_URL`). Nothing here names a table, a bucket or an AWS endpoint: the
+runtime reaches the control plane only at STEWARD_API_URL and STEWARD_RELAY_URL."""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ _SANDBOX_ENV = {
     "STEWARD_CHECK_CPU_SECONDS": "cpu_seconds",
     "STEWARD_CHECK_MEMORY_BYTES": "memory_bytes",
     "STEWARD_CHECK_MAX_PROCESSES": "max_processes",
+    "STEWARD_CHECK_MAX_WRITE_BYTES": "max_write_bytes",
 }
 
 
@@ -42,13 +46,10 @@ class RunnerConfig:
     ticket: str = field(repr=False)
     api_url: str
     relay_url: str
-    table_prefix: str = "steward-"
-    artifacts_bucket: str = "steward-artifacts"
     work_dir: Path | None = None  # None: a fresh temporary directory
     keep_work: bool = False
     sandbox_uid: int | None = None  # None: derived from the task id
-    heartbeat_seconds: float = 20.0
-    running_grace_seconds: float = 180.0
+    heartbeat_seconds: float = 20.0  # the control plane's grace (180 s) covers three beats at 60 s
     setup_seconds: float = 600.0
     stream_url: str | None = None  # the local stack's live view (POST /v1/runtime/stream)
     harness: HarnessLimits = field(default_factory=HarnessLimits)
@@ -80,8 +81,6 @@ class RunnerConfig:
             ticket=env["STEWARD_TICKET"],
             api_url=env["STEWARD_API_URL"],
             relay_url=env["STEWARD_RELAY_URL"],
-            table_prefix=env.get("STEWARD_TABLE_PREFIX") or cls.table_prefix,
-            artifacts_bucket=env.get("STEWARD_ARTIFACTS_BUCKET") or cls.artifacts_bucket,
             work_dir=Path(env["STEWARD_WORK_DIR"]) if env.get("STEWARD_WORK_DIR") else None,
             keep_work=env.get("STEWARD_KEEP_WORK", "") == "1",
             sandbox_uid=int(uid) if uid else None,

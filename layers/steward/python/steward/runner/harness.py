@@ -6,12 +6,27 @@ machine counts it. Tool output reaches the model redacted and bounded, and the c
 is kept under the relay's body bound by eliding the oldest tool results. The summary turn is
 a fresh, tool-free conversation about the finished change, so no phase ever sees a tool
 schema it may not use. Every turn, call, result and phase change goes to `harness.json`
-through `record`.
+through `record`, redacted of every credential shape (generic ones included).
+
+What is sent to the model passes `Redactor.for_model` as a whole, every turn: the secrets the
+runtime holds (its capability, its ticket, its GitHub tokens) and every GitHub token or
+Steward credential are gone from the task's own text, the tool results and the model's own
+earlier calls, so the relay, which refuses a body carrying one, never refuses the runner's.
+
+What comes back is the model's, and no model output can break the run: text that is not
+valid Unicode (a lone surrogate) is replaced by U+FFFD, and a tool call whose arguments hold
+such text is answered as an invalid call and never run; a tool name or call id the relay
+would refuse to see again is replaced by one it accepts.
+
+`max_seconds` holds inside a turn too: each model call gets the time left as its timeout
+(a model that raises `TimeoutError` ends the run at its time limit), each tool's git
+commands and each check are bounded by it, and no tool runs once it is spent.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +35,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from steward.domain.converse import is_valid_text, text_fields, valid_text
 from steward.domain.models import Task
 from steward.domain.phases import (
     VERIFY_TOOL,
@@ -33,6 +49,7 @@ from steward.domain.phases import (
     after_edit,
     after_text,
     begin_turn,
+    refuse_arguments,
 )
 from steward.domain.redaction import Redactor
 from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, VerifyArgs, parse_allowlist
@@ -52,7 +69,13 @@ class Cancelled(Exception):
 
 
 class Model(Protocol):
-    def __call__(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def __call__(self, request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """The Converse reply to `request`; `TimeoutError` once `timeout` seconds passed."""
+        ...
+
+
+class _OutOfTime(Exception):
+    """The run's `max_seconds` ran out inside a turn."""
 
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -135,6 +158,7 @@ class Harness:
         self.sandbox = sandbox
         self.model = model
         self.redactor = redactor
+        self.outgoing = redactor.for_model()  # what every request to the model passes
         self.limits = limits or HarnessLimits()
         self.record = record
         self.emit = emit
@@ -144,28 +168,35 @@ class Harness:
         self.argv_of = parse_allowlist(task.checks)  # listed check -> its argv
         self.required = frozenset(self.argv_of)
         self.checks: list[dict[str, Any]] = []
+        self._deadline = clock() + self.limits.max_seconds  # set again when the run starts
 
     # ---- the loop
     def run(self) -> Outcome:
-        started = self.clock()
+        self._deadline = self.clock() + self.limits.max_seconds
         state = RunState()
         messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": task_prompt(self.task)}]}]
         self.emit("phase", {"phase": state.phase.value, "turn": 0})
         while not state.finished:
             self._check_cancel()
-            if self.clock() - started > self.limits.max_seconds:
+            if self._remaining() <= 0:
                 state = replace(state, ended=EndReason.TIME_LIMIT, note="the run used its time")
                 break
             state = begin_turn(state, self.limits)
             if state.ended is not None:
                 break
-            if state.phase is Phase.SUMMARY:
-                summary = self._summarize(state)
-                state = after_text(state, self.required, self.limits)
-                return self._outcome(state, completed=True, summary=summary)
-            previous = state.phase
-            reply = self._ask(state, messages)
-            blocks = _assistant_blocks(reply)
+            try:
+                if state.phase is Phase.SUMMARY:
+                    summary = self._summarize(state)
+                    state = after_text(state, self.required, self.limits)
+                    return self._outcome(state, completed=True, summary=summary)
+                previous = state.phase
+                reply = self._ask(state, messages)
+            except _OutOfTime:
+                state = replace(
+                    state, ended=EndReason.TIME_LIMIT, note="the run used its time during a model call"
+                )
+                break
+            blocks, unusable = _assistant_blocks(reply, turn=state.turns)
             messages.append({"role": "assistant", "content": blocks})
             uses = [b["toolUse"] for b in blocks if "toolUse" in b]
             turn: dict[str, Any] = {
@@ -177,14 +208,10 @@ class Harness:
                 "text": self._bounded(" ".join(b["text"] for b in blocks if "text" in b), _RECORD_CHARS),
                 "calls": [],
             }
-            content: list[dict[str, Any]] = []
-            if not uses:
-                state = after_text(state, self.required, self.limits)
-            for use in uses:
-                state, result = self._call(state, use, turn["calls"])
-                content.append(result)
-                if state.finished:
-                    break
+            if uses:
+                state, content = self._calls(state, uses, unusable, turn["calls"])
+            else:
+                state, content = after_text(state, self.required, self.limits), []
             self.record(turn)
             if state.phase is not previous:
                 self.record({"kind": "phase", "from": previous.value, "to": state.phase.value})
@@ -199,6 +226,24 @@ class Harness:
                 content.append({"text": f"[{state.phase.value} phase] continue"})
             messages.append({"role": "user", "content": content})
         return self._outcome(state, completed=False)
+
+    def _calls(
+        self,
+        state: RunState,
+        uses: list[dict[str, Any]],
+        unusable: Mapping[str, str],
+        calls: list[dict[str, Any]],
+    ) -> tuple[RunState, list[dict[str, Any]]]:
+        """Run a turn's tool calls in order, until the run ends (its time included)."""
+        content: list[dict[str, Any]] = []
+        for use in uses:
+            if self._remaining() <= 0:
+                return replace(state, ended=EndReason.TIME_LIMIT, note="the run used its time"), content
+            state, result = self._call(state, use, calls, unusable.get(use["toolUseId"]))
+            content.append(result)
+            if state.finished:
+                break
+        return state, content
 
     def _outcome(self, state: RunState, *, completed: bool, summary: str = "") -> Outcome:
         outcome = Outcome(
@@ -234,7 +279,19 @@ class Harness:
         config = tool_config(state.offered)
         if config is not None:
             request["toolConfig"] = config
-        reply = self.model(request)
+        return self._send(request)
+
+    def _send(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One model call: the request redacted for the model as a whole, the time left as
+        its timeout."""
+        remaining = self._remaining()
+        if remaining <= 0:
+            raise _OutOfTime
+        outgoing: dict[str, Any] = self.outgoing.clean(request)
+        try:
+            reply = self.model(outgoing, timeout=remaining)
+        except TimeoutError:
+            raise _OutOfTime from None
         self._check_cancel()
         return reply
 
@@ -255,8 +312,9 @@ class Harness:
             "messages": [{"role": "user", "content": [{"text": prompt}]}],
             "inferenceConfig": {"maxTokens": min(self.limits.max_output_tokens, 1024)},
         }
-        reply = self.model(request)
-        text = " ".join(b["text"] for b in _assistant_blocks(reply) if "text" in b).strip()
+        reply = self._send(request)
+        blocks, _ = _assistant_blocks(reply, turn=state.turns)
+        text = " ".join(b["text"] for b in blocks if "text" in b).strip()
         self.record(
             {
                 "kind": "turn",
@@ -269,14 +327,26 @@ class Harness:
 
     # ---- one tool call
     def _call(
-        self, state: RunState, use: Mapping[str, Any], calls: list[dict[str, Any]]
+        self,
+        state: RunState,
+        use: Mapping[str, Any],
+        calls: list[dict[str, Any]],
+        unusable: str | None = None,
     ) -> tuple[RunState, dict[str, Any]]:
+        """Run one tool call; `unusable` names the argument whose text was not valid Unicode."""
         name, tool_id = str(use.get("name", "")), str(use.get("toolUseId", ""))
         given = use.get("input")
         raw: dict[str, Any] = given if isinstance(given, dict) else {}
         entry: dict[str, Any] = {"tool": name[:64], "input": self._bounded(_compact(raw), _RECORD_CHARS)}
         calls.append(entry)
         state, verdict = admit(state, name, self.limits)
+        if verdict.allowed and unusable is not None:
+            state, verdict = refuse_arguments(
+                state,
+                self.limits,
+                f"{name}: the argument {unusable} is not valid UTF-8 text (a lone surrogate); "
+                "the call was not run: call again with valid text",
+            )
         if not verdict.allowed:
             entry |= {"allowed": False, "ok": False, "result": verdict.error}
             return state, _result(tool_id, verdict.error, error=True)
@@ -284,14 +354,14 @@ class Harness:
         if name == VERIFY_TOOL:
             return self._verify(state, tool_id, raw, entry)
         try:
-            text = self.workspace.call(name, raw)
+            text = self.workspace.call(name, raw, seconds=self._remaining())
         except ToolError as exc:
-            message = self._bounded(str(exc), self.limits.max_result_chars)
+            message = self.outgoing.bounded(str(exc), self.limits.max_result_chars)
             entry |= {"ok": False, "result": self._bounded(message, _RECORD_CHARS)}
             return state, _result(tool_id, message, error=True)
         if name in WRITE_TOOLS:
             state = after_edit(state)
-        text = self._bounded(text, self.limits.max_result_chars)
+        text = self.outgoing.bounded(text, self.limits.max_result_chars)
         entry |= {"ok": True, "result": self._bounded(text, _RECORD_CHARS)}
         return state, _result(tool_id, text)
 
@@ -300,16 +370,22 @@ class Harness:
     ) -> tuple[RunState, dict[str, Any]]:
         try:
             command = VerifyArgs.model_validate(raw).command
-            result = self.sandbox.run(command, on_output=self.on_output, cancel=self.cancel)
+            result = self.sandbox.run(
+                command, on_output=self.on_output, cancel=self.cancel, wall_seconds=self._remaining()
+            )
         except (ValueError, CommandRefused) as exc:  # pydantic's ValidationError is a ValueError
-            message = self._bounded(f"run_verification refused: {exc}", 2000)
+            message = self.outgoing.bounded(f"run_verification refused: {exc}", 2000)
             entry |= {"ok": False, "result": message}
             return state, _result(tool_id, message, error=True)
         self._check_cancel()
         check = self.check_record(result, stage="loop")
         canonical = next((c for c, argv in self.argv_of.items() if argv == result.argv), command)
-        state = after_check(state, canonical, result.passed, self.required, self.limits)
-        output = self.redactor.bounded(result.output, self.limits.max_result_chars - 200, tail=True)
+        if not result.passed and self._remaining() <= 0:
+            # Stopped by the run's deadline, not by its own limit: not a failing check to repair.
+            state = replace(state, ended=EndReason.TIME_LIMIT, note=f"the run used its time during {command}")
+        else:
+            state = after_check(state, canonical, result.passed, self.required, self.limits)
+        output = self.outgoing.bounded(result.output, self.limits.max_result_chars - 200, tail=True)
         text = f"{_describe(result)}\n{output}"
         entry |= {"ok": result.passed, "result": self._bounded(text, _RECORD_CHARS), "check": check}
         return state, _result(tool_id, text, error=not result.passed)
@@ -322,6 +398,7 @@ class Harness:
             "exit_code": result.exit_code,
             "timed_out": result.timed_out,
             "output_truncated": result.output_truncated,
+            "write_limit_exceeded": result.write_limit_exceeded,
             "duration_s": round(result.duration_s, 3),
             "stage": stage,
         }
@@ -331,12 +408,17 @@ class Harness:
 
     # ---- helpers
     def _bounded(self, text: str, limit: int) -> str:
+        """For records and the summary: every credential shape redacted (`self.outgoing`
+        redacts what goes to the model, where fixtures must stay readable)."""
         return self.redactor.bounded(text, limit)
+
+    def _remaining(self) -> float:
+        return self._deadline - self.clock()
 
     def _bound(self, messages: list[dict[str, Any]]) -> None:
         """Elide the oldest tool results until the conversation fits its byte bound."""
         for message in messages:
-            if len(_compact(messages).encode()) <= self.limits.max_conversation_bytes:
+            if len(_compact(messages).encode("utf-8", "surrogatepass")) <= self.limits.max_conversation_bytes:
                 return
             for block in message["content"]:
                 result = block.get("toolResult")
@@ -348,25 +430,76 @@ class Harness:
             raise Cancelled("the task was cancelled")
 
 
-def _assistant_blocks(reply: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The text and toolUse blocks of a Converse reply (what the relay accepts back)."""
+def _assistant_blocks(reply: Mapping[str, Any], *, turn: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The text and toolUse blocks of a Converse reply, as the relay accepts them back, and
+    the calls whose arguments held text that is not valid Unicode (call id -> the argument).
+
+    Such text is replaced by U+FFFD wherever it is (the blocks go back to the relay with the
+    next turn, and into records); a call id or tool name the relay would refuse is replaced
+    by one it accepts (a made-up name is then answered as an unknown tool)."""
     message = ((reply.get("output") or {}).get("message") or {}) if isinstance(reply, Mapping) else {}
     blocks: list[dict[str, Any]] = []
-    for block in message.get("content") or []:
+    unusable: dict[str, str] = {}
+    seen: set[str] = set()
+    content = message.get("content") if isinstance(message, Mapping) else None
+    for index, block in enumerate(content if isinstance(content, list) else []):
         if isinstance(block, dict) and isinstance(block.get("text"), str) and block["text"]:
-            blocks.append({"text": block["text"]})
+            blocks.append({"text": valid_text(block["text"])})
         elif isinstance(block, dict) and isinstance(block.get("toolUse"), dict):
             use = block["toolUse"]
+            given = use.get("input") if isinstance(use.get("input"), dict) else {}
+            tool_id = valid_text(str(use.get("toolUseId", "")))
+            if not _CONVERSE_NAME.fullmatch(tool_id) or tool_id in seen:
+                tool_id = f"tooluse_steward_{turn}_{index}"
+            seen.add(tool_id)
+            name = valid_text(str(use.get("name", "")))
+            if _deeper_than(given, _MAX_INPUT_DEPTH):
+                unusable[tool_id] = f"input (nested deeper than {_MAX_INPUT_DEPTH} levels)"
+                given = {}
+            bad = next(
+                (where for where, text in text_fields(given, "input") if not is_valid_text(text)), None
+            )
+            if bad is not None:
+                unusable[tool_id] = bad
             blocks.append(
                 {
                     "toolUse": {
-                        "toolUseId": str(use.get("toolUseId", "")),
-                        "name": str(use.get("name", "")),
-                        "input": use.get("input") if isinstance(use.get("input"), dict) else {},
+                        "toolUseId": tool_id,
+                        "name": name if _CONVERSE_NAME.fullmatch(name) else "invalid_tool_name",
+                        "input": _valid(given),
                     }
                 }
             )
-    return blocks or [{"text": "(no answer)"}]
+    return blocks or [{"text": "(no answer)"}], unusable
+
+
+_CONVERSE_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # Bedrock's pattern for tool names and call ids
+# No tool takes nesting anywhere near this; the bound keeps every recursive walk of a
+# model's arguments (JSON, redaction, records) far from the interpreter's recursion limit.
+_MAX_INPUT_DEPTH = 64
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether the JSON value nests containers more than `limit` deep (iterative)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _valid(value: Any) -> Any:
+    """A JSON value with every string (keys too) made valid Unicode (`valid_text`)."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {valid_text(str(k)): _valid(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid(v) for v in value]
+    return value
 
 
 def _result(tool_id: str, text: str, *, error: bool = False) -> dict[str, Any]:
@@ -382,6 +515,10 @@ def _result(tool_id: str, text: str, *, error: bool = False) -> dict[str, Any]:
 def _describe(result: CommandResult) -> str:
     if result.timed_out:
         status = "timed out (the whole process group was killed)"
+    elif result.write_limit_exceeded:
+        status = (
+            "stopped: it wrote more into the repository than the bound allows (nothing it wrote was kept)"
+        )
     elif result.output_truncated:
         status = "killed: its output exceeded the bound"
     else:

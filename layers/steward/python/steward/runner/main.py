@@ -1,11 +1,13 @@
 """`python -m steward.runner`: the runtime's entry point (DESIGN section 6).
 
-It gets only STEWARD_TASK_ID, STEWARD_TICKET, STEWARD_API_URL and STEWARD_RELAY_URL from the
-launcher (locally also AWS_ENDPOINT_URL and the stack's table prefix and bucket). It
-exchanges the one-time ticket for its capability first — a second runtime for the same
-launch finds the ticket used and exits without touching anything — then claims the task
-with a conditional write (queued -> running, its runtime id recorded; a runtime that loses
-the claim exits), and runs the stages (`steward.runner.run`). It never prints a secret.
+It gets STEWARD_TASK_ID, STEWARD_TICKET, STEWARD_API_URL and STEWARD_RELAY_URL from the
+launcher, plus the deployment's runner bounds (`steward.runner.config`), and no AWS
+credential or endpoint: the control plane's `/v1/runtime/*` routes are its only way to
+write. It exchanges the one-time ticket for its capability first — a second runtime for the
+same launch finds the ticket used and exits without touching anything — then claims the task
+at `POST /v1/runtime/claim` (a conditional write there: queued -> running, its runtime id
+recorded; a runtime that loses the claim exits), and runs the stages (`steward.runner.run`).
+It never prints a secret.
 
 Exit codes: 0 when it ran the task to an end (whatever the outcome) or had nothing to do;
 1 when the task or the control plane could not be reached; 2 when a variable is missing.
@@ -19,14 +21,10 @@ import signal
 import sys
 import uuid
 from collections.abc import Mapping
-from datetime import timedelta
 
-from steward.adapters.artifact_store import ArtifactStore
-from steward.adapters.dynamo import Tables
-from steward.adapters.runtime_api import RuntimeApi, RuntimeApiError
-from steward.adapters.task_store import TaskStore
-from steward.domain.errors import LifecycleError
-from steward.domain.models import utcnow
+import httpx
+
+from steward.adapters.runtime_api import RuntimeApi, RuntimeApiError, RuntimeArtifacts
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import ConfigError, RunnerConfig
 from steward.runner.run import Run
@@ -57,6 +55,19 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class QuerylessUrls(logging.Filter):
+    """httpx logs every request's URL. A presigned upload URL's query string is a credential
+    for its object while it lasts (and in AWS carries the signer's session token): URLs are
+    logged without their query."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, httpx.URL) and a.query for a in record.args):
+            record.args = tuple(
+                a.copy_with(query=None) if isinstance(a, httpx.URL) else a for a in record.args
+            )
+        return True
+
+
 def main(environ: Mapping[str, str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="steward.runner: %(levelname)s %(name)s: %(message)s")
     try:
@@ -67,6 +78,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     redactor = Redactor([config.ticket])
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter(redactor))
+    logging.getLogger("httpx").addFilter(QuerylessUrls())
     api = RuntimeApi(config.api_url, config.relay_url)
     try:
         try:
@@ -77,31 +89,23 @@ def main(environ: Mapping[str, str] | None = None) -> int:
             # longer startable. Either way there is nothing for this runtime to do.
             return 0 if exc.status in (401, 403, 409) else 1
         redactor.add(exchanged.capability)
-        tasks = TaskStore(Tables.connect(config.table_prefix))
-        task = tasks.get(config.task_id)
-        if task is None or exchanged.task_id != config.task_id:
-            _say(f"task {config.task_id} not found")
+        if exchanged.task_id != config.task_id:
+            _say(f"the ticket is for another task than {config.task_id}")
             return 1
         runtime_id = "r" + uuid.uuid4().hex
-        now = utcnow()
         try:
-            claimed = tasks.claim(
-                task,
-                runtime_id=runtime_id,
-                now=now,
-                deadline=now + timedelta(seconds=config.running_grace_seconds),
-            )
-        except LifecycleError:
-            _say(f"task {task.id} is {task.status.value} or claimed by another runtime; nothing to do")
-            return 0
+            task = api.claim(exchanged.capability, runtime_id)
+        except RuntimeApiError as exc:
+            _say(redactor.redact(str(exc)))
+            # 409: claimed by another runtime, or no longer startable: nothing to do.
+            return 0 if exc.status == 409 else 1
         _say(f"runtime {runtime_id} claimed task {task.id}")
         run = Run(
             config,
-            claimed,
+            task,
             runtime_id,
             exchanged.capability,
-            tasks=tasks,
-            artifacts=ArtifactStore(config.artifacts_bucket),
+            artifacts=RuntimeArtifacts(api, exchanged.capability, runtime_id, task.id),
             api=api,
             redactor=redactor,
         )

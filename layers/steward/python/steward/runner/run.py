@@ -3,15 +3,17 @@
     claim -> bootstrap (token, clone, sandbox probe, setup) -> tool loop -> required checks
           -> publish -> finish
 
-The task was claimed by a conditional write before this starts; from then on a heartbeat
-thread renews `last_seen` and, once the task is no longer this runtime's (cancelled,
-reaped), sets `cancel` and kills the running command, and the run stops without writing
-its task again. Every other ending writes exactly one terminal transition: `review` with the
-pull request, or `failed` with a classification — `retryable` for infrastructure (clone,
-network, the control plane, GitHub), `final` for what another attempt would repeat (the
-model, the checks, the budget, the plan's setup). Artifacts are written before the
-transition, each redacted first; one that cannot be redacted is not written, and the
-`finished` event says so.
+The task was claimed (`POST /v1/runtime/claim`) before this starts; from then on a
+heartbeat thread renews `last_seen` (`POST /v1/runtime/heartbeat`) and, once the task is no
+longer this runtime's (cancelled, reaped), sets `cancel` and kills the running command, and
+the run stops without writing its task again. Every other ending writes exactly one
+terminal transition (`POST /v1/runtime/finish`): `review` with the pull request, or `failed`
+with a classification — `retryable` for infrastructure (clone, network, the control plane,
+GitHub), `final` for what another attempt would repeat (the model, the checks, the budget,
+the plan's setup). Artifacts are written before the transition, each redacted first, and
+uploaded by presigned PUTs (`POST /v1/runtime/artifacts/{name}`); one that cannot be
+redacted is not written, and the `finished` event says so. Every write goes through those
+routes with the capability: the runtime holds no AWS credential and reads no table.
 """
 
 from __future__ import annotations
@@ -24,17 +26,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from steward.adapters.artifact_store import SCREEN_NAME, ArtifactStore
 from steward.adapters.git import GitError, run_git, snapshot_work
 from steward.adapters.github import GitHubError, InstallationClient, InstallationToken
 from steward.adapters.runtime_api import BudgetExhausted, IssuedToken, RuntimeApi, RuntimeApiError
-from steward.adapters.task_store import TaskStore
-from steward.domain.errors import LifecycleError
+from steward.domain.artifacts import SCREEN_NAME
 from steward.domain.models import Classification, Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
@@ -42,14 +42,14 @@ from steward.runner.harness import Cancelled, Harness, Outcome
 from steward.runner.sandbox import CommandRefused, Sandbox, probe_mode
 from steward.runner.screen import LiveSink, Screen
 from steward.runner.workspace import Workspace
-from steward.services.publication import Publisher, PublishError
+from steward.services.publication import ArtifactSink, Publisher, PublishError
 
 _LOG = logging.getLogger(__name__)
 
 RETRYABLE = Classification.RETRYABLE.value
 FINAL = Classification.FINAL.value
 _REASON_CHARS = 300
-PULL_REQUEST_STATUSES = frozenset({TaskStatus.REVIEW, TaskStatus.MERGED, TaskStatus.CLOSED})
+_ENDING_KEYS = ("classification", "reason", "pr_url", "pr_number", "summary", "artifacts_not_written")
 
 
 class StageFailed(Exception):
@@ -77,8 +77,7 @@ class Run:
         runtime_id: str,
         capability: str,
         *,
-        tasks: TaskStore,
-        artifacts: ArtifactStore | None,
+        artifacts: ArtifactSink | None,
         api: RuntimeApi,
         redactor: Redactor,
         clock: Callable[[], datetime] = utcnow,
@@ -87,7 +86,6 @@ class Run:
         self.task = task
         self.runtime_id = runtime_id
         self.capability = capability
-        self.tasks = tasks
         self.artifacts = artifacts
         self.api = api
         self.redactor = redactor
@@ -126,7 +124,7 @@ class Run:
                 self.task,
                 Workspace(clone),
                 self._sandbox(),
-                lambda request: self.api.converse(self.capability, request),
+                lambda request, *, timeout: self.api.converse(self.capability, request, timeout=timeout),
                 self.redactor,
                 limits=self.config.harness,
                 record=self.records.harness.append,
@@ -281,7 +279,7 @@ class Run:
             return self._token().token
 
         with InstallationClient(installation_token, base_url=issued.api_url) as github:
-            publisher = Publisher(github, self.tasks, self.artifacts, clock=self.clock)
+            publisher = Publisher(github, self._status_now, self.artifacts, clock=self.clock)
             finals = [c for c in outcome.checks if c["stage"] == "final"] or outcome.checks
             result = publisher.publish(
                 self.task,
@@ -300,8 +298,11 @@ class Run:
         return result.pr_url, result.pr_number
 
     def _cost(self) -> Decimal:
-        current = self.tasks.get(self.task.id)
-        return current.cost_usd if current is not None else Decimal(0)
+        return self.api.heartbeat(self.capability, self.runtime_id).cost_usd
+
+    def _status_now(self, task_id: str) -> TaskStatus:
+        """The task's status as the control plane answers a heartbeat (publication's re-checks)."""
+        return self.api.heartbeat(self.capability, self.runtime_id).status
 
     # ---- endings
     def _fail(self, clone: Path, reason: str, classification: str, *, preserve: bool = True) -> str:
@@ -323,30 +324,19 @@ class Run:
         reason: str | None = None,
         extra: dict[str, Any] | None = None,
     ) -> str:
-        data = {"runtime_id": self.runtime_id, **data, **self._artifact_failures()}
+        """Record the ending through the control plane, which writes it only while the task is
+        this runtime's running task (a review also once the pull request's webhook moved it
+        there); the task's status as it was left."""
+        fields = {**data, "classification": classification, "reason": reason, **(extra or {})}
+        ending = {k: v for k, v in fields.items() if k in _ENDING_KEYS and v is not None}
+        ending |= self._artifact_failures()
         try:
-            current = self.tasks.require(self.task.id)
-            if status is TaskStatus.REVIEW and current.status in PULL_REQUEST_STATUSES:
-                # The pull request's webhook was faster than this runtime: record how the run
-                # ended without moving the task again.
-                self.tasks.append_event(current, "finished", self._clean(data), now=self.clock())
-                return current.status.value
-            if current.status is not TaskStatus.RUNNING or current.runtime_id != self.runtime_id:
-                return current.status.value  # cancelled or reaped meanwhile: not ours to write
-            done, _ = self.tasks.transition(
-                current,
-                status,
-                now=self.clock(),
-                event="finished",
-                data=self._clean(data),
-                classification=classification,
-                reason=reason,
-                extra=extra,
+            return self.api.finish(
+                self.capability, self.runtime_id, {"status": status.value, **self._clean(ending)}
             )
-        except LifecycleError:
-            return "changed"
-        self.tasks.project_item(done, now=self.clock())
-        return done.status.value
+        except RuntimeApiError as exc:  # the task stays running; the reaper fails it after the grace
+            _LOG.warning("the ending was not recorded: %s", exc)
+            return "unrecorded"
 
     # ---- artifacts
     def _write_artifacts(self, clone: Path, *, preserve: bool) -> None:
@@ -389,7 +379,9 @@ class Run:
         """A durable progress event (redacted). Losing one is not worth ending the run for."""
         try:
             with self._events_lock:
-                self.task = self.tasks.append_event(self.task, kind, self._clean(data), now=self.clock())
+                self.api.event(self.capability, self.runtime_id, kind, self._clean(data))
+        except RuntimeApiError as exc:  # 409: the task is no longer this runtime's to record on
+            _LOG.warning("event %s not recorded: %s", kind, exc)
         except Exception:
             _LOG.exception("event append failed", extra={"event": kind})
 
@@ -407,16 +399,12 @@ class Run:
             self.sandbox.kill()
 
     def _heartbeat(self) -> None:
-        grace = timedelta(seconds=self.config.running_grace_seconds)
         while not self.cancel.wait(self.config.heartbeat_seconds):
-            now = self.clock()
             try:
-                mine = self.tasks.touch(
-                    self.task.id, runtime_id=self.runtime_id, now=now, deadline=now + grace
-                )
-            except Exception:  # a missed beat is survivable; the grace covers several
-                _LOG.exception("heartbeat failed")
+                beat = self.api.heartbeat(self.capability, self.runtime_id)
+            except Exception as exc:  # a missed beat is survivable; the grace covers several
+                _LOG.warning("heartbeat failed: %s", exc)
                 continue
-            if not mine:
+            if not beat.running:
                 self.stop()
                 return

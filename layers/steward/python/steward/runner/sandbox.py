@@ -10,11 +10,11 @@ Modes, strongest first (`probe_mode` picks one; its reason is recorded in bootst
 * `BWRAP`: bubblewrap run as root, with no network, pid, IPC or UTS namespace of the host, a
   read-only system (only /usr, /etc, the library and binary directories, the interpreter and
   any `extra_ro_paths`; never `/` wholesale, which holds credentials), a private /tmp, and the
-  clone bound read-write with its `.git` read-only on top. Inside, `setpriv` drops to an
-  unprivileged uid with no capabilities. bwrap runs as root and without a user namespace so
-  that it can bind paths under /root (0700, where the interpreter lives) and so that the
-  command's uid is a real one on the host: RLIMIT_NPROC counts processes per real uid, and
-  root ignores it.
+  clone writable through a bounded overlay (below) with its `.git` read-only on top. Inside,
+  `setpriv` drops to an unprivileged uid with no capabilities. bwrap runs as root and without
+  a user namespace so that it can bind paths under /root (0700, where the interpreter lives)
+  and so that the command's uid is a real one on the host: RLIMIT_NPROC counts processes per
+  real uid, and root ignores it.
 * `UNPRIVILEGED_USER`: where bwrap cannot run (AWS Fargate has no user namespaces), the
   command runs as the unprivileged uid with rlimits and a scrubbed environment, in the clone.
   It gets no network, mount or pid isolation: the task itself (its security group and role)
@@ -25,17 +25,35 @@ Modes, strongest first (`probe_mode` picks one; its reason is recorded in bootst
 In the root modes the uid must be dedicated to the sandbox, and one command runs at a time
 per uid: after every run all processes of that uid are killed (a check may not leave a
 daemon behind, and a fork bomb must not outlive its run).
+
+The write bound (`max_write_bytes`, BWRAP mode): RLIMIT_FSIZE bounds one file, not how many a
+command writes, so in BWRAP mode the command never writes the clone itself. In a mount
+namespace of its own (one thread of the runner unshares it, so nothing is mounted on the
+host and nothing outlives the run) the clone is covered by an overlay whose upper layer is a
+tmpfs of `max_write_bytes` (plus 1 MiB for overlayfs' own use; and one file or directory per
+KiB): everything the command creates or changes lands there, and the kernel refuses
+(ENOSPC) what does not fit, so the host's disk never sees more. The supervisor watches the
+tmpfs and stops the command as soon as it holds more than the bound; then the result says
+`write_limit_exceeded`, its output ends with a note saying so, and nothing the command wrote
+is kept (the clone is as it was before the run). Otherwise, after the run, the upper layer is
+copied into the clone (new and changed files with their modes, owners, times and holes,
+symbolic links, deletions), so a check's writes persist as if made in place. The bytes sit
+in memory (tmpfs) while the command runs. The sandbox's own /tmp is a tmpfs of the same
+size. In the weaker modes there is no mount to bound with: only RLIMIT_FSIZE holds, and the
+task's own storage is the boundary.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import os
 import pwd
 import re
 import resource
+import secrets
 import select
 import shlex
 import shutil
@@ -50,7 +68,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -100,6 +118,8 @@ class SandboxLimits(BaseModel):
     memory_bytes: int = Field(default=4 * 1024**3, ge=1)  # RLIMIT_AS
     max_processes: int = Field(default=256, ge=1)  # RLIMIT_NPROC: per real uid, hence the unprivileged uid
     max_file_bytes: int = Field(default=256 * 1024**2, ge=0)  # RLIMIT_FSIZE
+    # All a command may write into the clone (BWRAP mode; module docstring), and its /tmp.
+    max_write_bytes: int = Field(default=1024**3, ge=4096)
     max_output_bytes: int = Field(default=1_048_576, ge=1)  # beyond this the whole group is killed
     kill_grace_seconds: float = Field(default=2.0, ge=0)
 
@@ -122,12 +142,19 @@ class CommandResult:
     timed_out: bool
     output_truncated: bool  # the output limit was hit, so the group was killed
     duration_s: float
-    output: str  # stdout and stderr merged, utf-8 with replacement, at most max_output_bytes
+    output: str  # stdout and stderr merged, utf-8 with replacement, at most max_output_bytes (+ a note)
     signal: int | None  # the signal that ended it, if any
+    # It wrote more than max_write_bytes into the clone: stopped, and nothing it wrote was kept.
+    write_limit_exceeded: bool = False
 
     @property
     def passed(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out and not self.output_truncated
+        return (
+            self.exit_code == 0
+            and not self.timed_out
+            and not self.output_truncated
+            and not self.write_limit_exceeded
+        )
 
 
 def parse_allowlist(checks: Sequence[str]) -> dict[str, tuple[str, ...]]:
@@ -154,12 +181,13 @@ def probe_mode(*, uid: int) -> tuple[SandboxMode, str]:
     if why is None:
         return SandboxMode.BWRAP, (
             f"bubblewrap works: commands run as uid {uid} with no network, a read-only system, "
-            "a private /tmp and their own pid namespace"
+            "a private /tmp, their own pid namespace and a bound on what they write into the clone"
         )
     if os.geteuid() == 0:
         return SandboxMode.UNPRIVILEGED_USER, (
             f"bubblewrap unusable ({why}): commands run as uid {uid} with rlimits and a scrubbed "
-            "environment, but with no network, filesystem or pid isolation; the task is the boundary"
+            "environment, but with no network, filesystem or pid isolation and writes bounded per "
+            "file only; the task is the boundary"
         )
     return SandboxMode.SAME_USER, (
         f"bubblewrap unusable ({why}) and not root: commands run as this user with rlimits and a "
@@ -239,6 +267,7 @@ class Sandbox:
         self._running = False
         self._kill_requested = False
         self._last_signal: int | None = None
+        self._wall_seconds = self.limits.wall_seconds  # of the command running now
 
     # -- matching -------------------------------------------------------------------------------
 
@@ -288,16 +317,23 @@ class Sandbox:
         *,
         on_output: Callable[[bytes], None] | None = None,
         cancel: threading.Event | None = None,
+        wall_seconds: float | None = None,
     ) -> CommandResult:
         """Resolve `command` (CommandRefused propagates) and run it within the limits. `on_output` gets
         raw output chunks as they arrive (for the ephemeral terminal stream). Setting `cancel` kills the
-        group and the result has exit_code None."""
+        group and the result has exit_code None. `wall_seconds` lowers the wall-time limit for this run
+        (the run's remaining time); past it the command times out as past the limit's own."""
         argv = self.resolve(command)
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("a verification command is already running in this sandbox")
         with self._lock:
             self._running = True
             self._kill_requested = False
+            self._wall_seconds = (
+                self.limits.wall_seconds
+                if wall_seconds is None
+                else min(self.limits.wall_seconds, max(0.0, wall_seconds))
+            )
         try:
             return self._run(command, argv, on_output, cancel)
         finally:
@@ -324,6 +360,8 @@ class Sandbox:
         privileged = self._as_root and self.mode is not SandboxMode.SAME_USER
         if privileged:
             _hand_over(self.clone, self.uid, self.gid)
+        if privileged and self.mode is SandboxMode.BWRAP:
+            return self._run_bounded(command, argv, on_output, cancel)
         scratch: str | None = None
         try:
             if self.mode is SandboxMode.BWRAP:
@@ -342,6 +380,35 @@ class Sandbox:
                 _sweep_uid(self.uid)
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
+
+    def _run_bounded(
+        self,
+        command: str,
+        argv: tuple[str, ...],
+        on_output: Callable[[bytes], None] | None,
+        cancel: threading.Event | None,
+    ) -> CommandResult:
+        """BWRAP as root: the command sees the clone through the bounded overlay, and its writes
+        reach the clone only afterwards, if they fit (the module docstring)."""
+        full = self.bwrap_argv(argv)
+        writes = _WriteBound(self.clone, self.limits.max_write_bytes)
+        try:
+            try:
+                result = writes.run_mounted(
+                    lambda: self._spawn_and_supervise(
+                        command, argv, full, _SANDBOX_TMP, on_output=on_output, cancel=cancel, writes=writes
+                    )
+                )
+            except _BoundUnavailable as exc:
+                return _not_started(
+                    command, argv, 126, f"steward: cannot bound the command's writes: {exc.strerror or exc}\n"
+                )
+            finally:
+                _sweep_uid(self.uid)
+            # Nothing of the uid runs any more: keep what it wrote, or nothing if it wrote too much.
+            return writes.settle(result, on_output)
+        finally:
+            writes.close()
 
     def environment(self, home: str) -> dict[str, str]:
         """The command's whole environment: nothing is inherited, so no token, capability or AWS
@@ -379,9 +446,11 @@ class Sandbox:
             "/dev",
             "--proc",
             "/proc",
-            # HOME and TMPDIR: writable by the uid, gone with the sandbox.
+            # HOME and TMPDIR: writable by the uid, gone with the sandbox, bounded like the clone.
             "--perms",
             "1777",
+            "--size",
+            str(self.limits.max_write_bytes),
             "--tmpfs",
             _SANDBOX_TMP,
         ]
@@ -444,6 +513,7 @@ class Sandbox:
         *,
         on_output: Callable[[bytes], None] | None,
         cancel: threading.Event | None,
+        writes: _WriteBound | None = None,
     ) -> CommandResult:
         extra: dict[str, Any] = {}
         if self.mode is SandboxMode.UNPRIVILEGED_USER and self._as_root:
@@ -463,26 +533,24 @@ class Sandbox:
             )
         except OSError as exc:
             # The program could not be executed (the weaker modes exec it directly): answer as a shell would.
-            return CommandResult(
-                command=command,
-                argv=argv,
-                exit_code=127 if exc.errno == errno.ENOENT else 126,
-                timed_out=False,
-                output_truncated=False,
-                duration_s=time.monotonic() - started,
-                output=f"{argv[0]}: {exc.strerror or exc}\n",
-                signal=None,
-            )
+            code = 127 if exc.errno == errno.ENOENT else 126
+            return _not_started(command, argv, code, f"{argv[0]}: {exc.strerror or exc}\n", started)
         with self._lock:
             self._proc = proc
             self._reaped = False
             self._last_signal = None
-        progress = _Progress(deadline=started + self.limits.wall_seconds)
+        progress = _Progress(deadline=started + self._wall_seconds, writes=writes)
         try:
             self._supervise(proc, progress, on_output, cancel)
         finally:
             self._finish(proc)
-        killed = progress.timed_out or progress.truncated or progress.cancelled or self._kill_requested
+        killed = (
+            progress.timed_out
+            or progress.truncated
+            or progress.cancelled
+            or progress.wrote_too_much
+            or self._kill_requested
+        )
         exit_code: int | None = proc.returncode
         ended_by: int | None = None
         if exit_code is not None and exit_code < 0:
@@ -498,6 +566,7 @@ class Sandbox:
             duration_s=time.monotonic() - started,
             output=bytes(progress.output).decode("utf-8", errors="replace"),
             signal=ended_by,
+            write_limit_exceeded=progress.wrote_too_much,
         )
 
     def _supervise(
@@ -545,6 +614,10 @@ class Sandbox:
         if progress.hard_kill_at is not None and now >= progress.hard_kill_at:
             progress.hard_kill_at = None
             self._signal(signal.SIGKILL)
+        if progress.writes is not None and not progress.wrote_too_much and progress.writes.exceeded():
+            # Stop it at once: a check that ignores ENOSPC would otherwise carry on to the wall limit.
+            progress.wrote_too_much = True
+            self._signal(signal.SIGKILL)
 
     def _take(self, progress: _Progress, chunk: bytes, on_output: Callable[[bytes], None] | None) -> None:
         if not chunk:
@@ -586,6 +659,21 @@ class Sandbox:
         # (--die-with-parent); in the weaker modes it is the command and its children.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
+
+
+def _not_started(
+    command: str, argv: tuple[str, ...], code: int, output: str, started: float | None = None
+) -> CommandResult:
+    return CommandResult(
+        command=command,
+        argv=argv,
+        exit_code=code,
+        timed_out=False,
+        output_truncated=False,
+        duration_s=0.0 if started is None else time.monotonic() - started,
+        output=output,
+        signal=None,
+    )
 
 
 def _child_setup(limits: SandboxLimits, parent: int) -> Callable[[], None]:
@@ -754,6 +842,8 @@ class _Progress:
     exited: bool = False
     hard_kill_at: float | None = None
     drain_until: float | None = None
+    writes: _WriteBound | None = None
+    wrote_too_much: bool = False
 
 
 class _Layout:
@@ -784,3 +874,300 @@ class _Layout:
             out += ["--perms", "0755", "--dir", current]
             self._present.add(current)
         return out
+
+
+# -- the write bound (module docstring) ------------------------------------------------------------
+
+_T = TypeVar("_T")
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
+_OVERLAY_ROOM = 1024**2  # for overlayfs' own directories and whiteouts, beyond the bound
+_BYTES_PER_INODE = 1024  # one file or directory per KiB of the bound
+_SAFE_MOUNT_PATH = re.compile(r"[A-Za-z0-9._/+-]+")  # nothing overlayfs' option parser splits on
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_SET_ID = stat.S_ISUID | stat.S_ISGID
+_OPAQUE = "trusted.overlay.opaque"
+_UNSUPPORTED_XATTRS = ("trusted.overlay.redirect", "trusted.overlay.metacopy")
+
+
+class _BoundUnavailable(OSError):
+    """The overlay could not be set up: the command is not run rather than run unbounded."""
+
+
+class _WriteBound:
+    """One run's overlay: `run_mounted` runs a function in a thread whose mount namespace covers
+    the clone with the bounded overlay (its children, bwrap, inherit it); `settle` then copies
+    the writes into the clone, or keeps none if there were too many; `close` frees the tmpfs."""
+
+    def __init__(self, clone: Path, max_bytes: int) -> None:
+        self.clone = str(clone)
+        self.max_bytes = max_bytes
+        self.max_files = max(max_bytes // _BYTES_PER_INODE, 64)
+        self._upper: int | None = None  # a descriptor of the upper layer: it keeps the tmpfs alive
+        self._scratch: str | None = None
+
+    def run_mounted(self, work: Callable[[], _T]) -> _T:
+        """`work()` in a fresh thread that first unshares its mount namespace and mounts the
+        overlay; the thread lives as long as `work` (it is the parent of the command, whose
+        PDEATHSIG follows its parent thread). When it ends, so does the namespace and every
+        mount in it: nothing to unmount, even if the runner is killed."""
+        outcome: dict[str, Any] = {}
+
+        def body() -> None:
+            try:
+                self._mount()
+                outcome["value"] = work()
+            except BaseException as exc:  # re-raised in the caller's thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=body, name="steward-sandbox-mounts", daemon=True)
+        thread.start()
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        value: _T = outcome["value"]
+        return value
+
+    def _mount(self) -> None:
+        scratch = tempfile.mkdtemp(prefix="steward-writes-")
+        self._scratch = scratch
+        if not _SAFE_MOUNT_PATH.fullmatch(scratch):
+            raise _BoundUnavailable(f"the temporary directory {scratch!r} cannot be named in mount options")
+        try:
+            _libc_call("unshare", _CLONE_NEWNS)
+            # Private, so that nothing mounted here propagates back to the host's namespace.
+            _mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
+            size = self.max_bytes + _OVERLAY_ROOM
+            _mount(
+                "steward-writes",
+                scratch,
+                "tmpfs",
+                _MS_NOSUID | _MS_NODEV,
+                f"size={size},nr_inodes={self.max_files},mode=0700",
+            )
+            lower, upper, work = (os.path.join(scratch, name) for name in ("lower", "upper", "work"))
+            for path in (lower, upper, work):
+                os.mkdir(path, 0o700)
+            # The merged root takes its owner and mode from the upper root: make them the clone's.
+            top = os.lstat(self.clone)
+            os.chown(upper, top.st_uid, top.st_gid)
+            os.chmod(upper, stat.S_IMODE(top.st_mode))
+            self._upper = os.open(upper, _OPEN_DIR)
+            _mount(self.clone, lower, None, _MS_BIND, None)  # a plain name for the lower layer
+            # No redirects, metacopy or index: every change is plain data in the upper layer.
+            options = ",".join(
+                (
+                    f"lowerdir={lower},upperdir={upper},workdir={work}",
+                    "redirect_dir=off,metacopy=off,index=off,xino=off",
+                )
+            )
+            _mount("steward-overlay", self.clone, "overlay", _MS_NOSUID | _MS_NODEV, options)
+        except OSError as exc:
+            raise _BoundUnavailable(exc.errno, exc.strerror or str(exc)) from None
+
+    def exceeded(self) -> bool:
+        """Whether the upper layer holds more than the bound (or every file it may): a cheap
+        statfs, so the supervisor asks on every turn of its loop."""
+        if self._upper is None:
+            return False
+        info = os.fstatvfs(self._upper)
+        return (info.f_blocks - info.f_bfree) * info.f_frsize > self.max_bytes or info.f_ffree == 0
+
+    def settle(self, result: CommandResult, on_output: Callable[[bytes], None] | None) -> CommandResult:
+        """Copy the writes into the clone, or, when the bound was exceeded (also by a last burst
+        after the supervisor's last look), keep none and say so at the end of the output."""
+        if self._upper is None:
+            return result
+        if not (result.write_limit_exceeded or self.exceeded()):
+            _merge_dir(self._upper, self.clone)
+            return result
+        note = (
+            f"\n[steward: the command was stopped: it wrote more than {self.max_bytes} bytes "
+            f"(or {self.max_files} files) into the repository, the bound on what one command may "
+            "write; nothing it wrote was kept]\n"
+        )
+        if on_output is not None:
+            on_output(note.encode())
+        return dataclasses.replace(result, write_limit_exceeded=True, output=result.output + note)
+
+    def close(self) -> None:
+        if self._upper is not None:
+            os.close(self._upper)
+            self._upper = None
+        if self._scratch is not None:
+            # On the host it is an empty directory (the tmpfs was mounted on it in the namespace only).
+            with contextlib.suppress(OSError):
+                os.rmdir(self._scratch)
+            self._scratch = None
+
+
+def _libc_call(name: str, *args: Any) -> None:
+    function = getattr(ctypes.CDLL(None, use_errno=True), name)
+    if function(*args) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{name}: {os.strerror(number)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+
+    def encode(text: str | None) -> bytes | None:
+        return None if text is None else os.fsencode(text)
+
+    if libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"mount {fstype or 'change'} on {target}: {os.strerror(number)}")
+
+
+def _merge_dir(upper: int, clone: str) -> None:
+    """Apply an overlay upper layer to the clone as root, as the kernel would have shown it:
+    whiteouts delete, opaque directories replace, files and links are placed by rename (never
+    written through a link or a hard link), owners, modes (without set-id bits) and times are
+    kept. Nothing of the uid runs any more, and no link in the clone is followed."""
+    top = os.open(clone, _OPEN_DIR)
+    try:
+        _merge_into(upper, top, at_top=True)
+    finally:
+        os.close(top)
+
+
+def _merge_into(src: int, dst: int, *, at_top: bool) -> None:
+    with os.scandir(src) as listing:
+        names = [entry.name for entry in listing]
+    for name in names:
+        if at_top and name == ".git":
+            continue  # read-only in the sandbox; never taken from the upper layer
+        info = os.stat(name, dir_fd=src, follow_symlinks=False)
+        mode = info.st_mode
+        if stat.S_ISCHR(mode) and info.st_rdev == 0:  # a whiteout: deleted by the command
+            _remove(dst, name)
+        elif stat.S_ISDIR(mode):
+            _merge_subdir(src, dst, name, info)
+        elif stat.S_ISREG(mode):
+            _place_file(src, dst, name, info)
+        elif stat.S_ISLNK(mode):
+            temp = _temp_name(name)
+            os.symlink(os.readlink(name, dir_fd=src), temp, dir_fd=dst)
+            os.chown(temp, info.st_uid, info.st_gid, dir_fd=dst, follow_symlinks=False)
+            _replace(dst, temp, name)
+        # FIFOs and sockets the command left behind are not kept.
+
+
+def _merge_subdir(src: int, dst: int, name: str, info: os.stat_result) -> None:
+    child_src = os.open(name, _OPEN_DIR, dir_fd=src)
+    try:
+        for attribute in _UNSUPPORTED_XATTRS:
+            if _xattr(child_src, attribute) is not None:
+                raise OSError(errno.ENOTSUP, f"overlay attribute {attribute} is not supported")
+        existing = _lstat_at(dst, name)
+        if existing is not None and (
+            _xattr(child_src, _OPAQUE) == b"y" or not stat.S_ISDIR(existing.st_mode)
+        ):
+            _remove(dst, name)  # replaced wholesale (it was deleted and made again, or was not a directory)
+            existing = None
+        if existing is None:
+            os.mkdir(name, 0o700, dir_fd=dst)
+        child_dst = os.open(name, _OPEN_DIR, dir_fd=dst)
+        try:
+            _merge_into(child_src, child_dst, at_top=False)
+            os.fchown(child_dst, info.st_uid, info.st_gid)
+            os.fchmod(child_dst, stat.S_IMODE(info.st_mode) & ~_SET_ID)
+        finally:
+            os.close(child_dst)
+    finally:
+        os.close(child_src)
+
+
+def _place_file(src: int, dst: int, name: str, info: os.stat_result) -> None:
+    temp = _temp_name(name)
+    source = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
+    try:
+        for attribute in _UNSUPPORTED_XATTRS:
+            if _xattr(source, attribute) is not None:
+                raise OSError(errno.ENOTSUP, f"overlay attribute {attribute} is not supported")
+        target = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst
+        )
+        try:
+            _copy_data(source, target, info.st_size)
+            os.fchown(target, info.st_uid, info.st_gid)
+            os.fchmod(target, stat.S_IMODE(info.st_mode) & ~_SET_ID)
+            os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+        finally:
+            os.close(target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dst)
+        raise
+    finally:
+        os.close(source)
+    _replace(dst, temp, name)
+
+
+def _copy_data(source: int, target: int, size: int) -> None:
+    """Copy the data extents only: a sparse file stays sparse, so the clone's disk takes what
+    the tmpfs held, never a file's apparent size."""
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(source, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole is left
+                break
+            raise
+        end = os.lseek(source, start, os.SEEK_HOLE)
+        os.lseek(target, start, os.SEEK_SET)
+        while start < end:
+            sent = os.sendfile(target, source, start, min(end - start, 1 << 30))
+            if sent == 0:
+                break
+            start += sent
+        offset = end
+    os.ftruncate(target, size)
+
+
+def _replace(dst: int, temp: str, name: str) -> None:
+    existing = _lstat_at(dst, name)
+    if existing is not None and stat.S_ISDIR(existing.st_mode):
+        _remove(dst, name)
+    try:
+        os.rename(temp, name, src_dir_fd=dst, dst_dir_fd=dst)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dst)
+        raise
+
+
+def _remove(dst: int, name: str) -> None:
+    existing = _lstat_at(dst, name)
+    if existing is None:
+        return
+    if stat.S_ISDIR(existing.st_mode):
+        shutil.rmtree(name, dir_fd=dst)  # never follows a link
+    else:
+        os.unlink(name, dir_fd=dst)
+
+
+def _lstat_at(dst: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dst, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _temp_name(name: str) -> str:
+    return f".{name[:64]}.{secrets.token_hex(6)}.steward-merge"
+
+
+def _xattr(fd: int, attribute: str) -> bytes | None:
+    try:
+        return os.getxattr(fd, attribute)
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, errno.ENOTSUP):
+            return None
+        raise

@@ -9,6 +9,19 @@ swapped in after the check is not followed either. Writes go to a temporary file
 same directory and are renamed into place, so a failed write leaves the file as it was and
 a hard link to a file elsewhere is replaced, never written through.
 
+Characters that a reviewer cannot see or that reorder the text around them (bidirectional
+controls, line and paragraph separators, zero-width and other invisible characters,
+look-alike spaces: the one table `_REFUSED_IN_PATHS`) are refused in paths, naming the code
+point.
+
+Paths are Unicode-normalized to NFC, so two names that differ only in normalization are one
+file: `e\\u0301.txt` and `\\u00e9.txt` address the same file, and a new file gets the NFC name.
+A repository may already hold a name in another normalization (git stores bytes, and a
+commit made elsewhere can carry NFD): each component is matched against the names its
+directory holds by their NFC form, so the path addresses the stored file, read and written
+in place and never duplicated beside it under the NFC name; where two stored names have the
+same NFC form the path is ambiguous and refused. Listings and search results show NFC names.
+
 Listing and searching use git (through `steward.adapters.git.run_git`, with `--git-dir` and
 `--work-tree` given explicitly so that a `core.worktree` planted in the clone's config cannot
 point them elsewhere). Errors the model can correct are `ToolError`; their text is the tool
@@ -26,6 +39,8 @@ import os
 import re
 import secrets
 import stat
+import time
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -159,6 +174,10 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     ),
 }
 
+_SAME_TEXT = (
+    "new: the same text as old, so the replacement would change nothing; {path} is left as it "
+    "was. Give the changed text as new"
+)
 _ECHO_CHARS = 200  # of untrusted input quoted back in an error
 _LINE_CHARS = 500  # of one matching line in search results
 _LISTED_MATCHES = 20  # line numbers named when a replacement is ambiguous
@@ -173,13 +192,49 @@ _HFS_IGNORABLE = dict.fromkeys(
         "\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206a\u206b\u206c\u206d\u206e\u206f\ufeff",
     )
 )
+# Characters refused anywhere in a path, as (first, last, what): invisible in a review, or
+# reordering what is shown around them (Trojan Source), or looking like a plain space. One
+# line per attack; any other format character or separator (Unicode categories Cf, Zl, Zp)
+# is refused too, so a character added in a later Unicode version is not let through.
+_REFUSED_IN_PATHS: tuple[tuple[int, int, str], ...] = (
+    (0x202A, 0x202E, "a bidirectional embedding or override"),
+    (0x2066, 0x2069, "a bidirectional isolate"),
+    (0x061C, 0x061C, "the Arabic letter mark (bidirectional)"),
+    (0x200E, 0x200F, "a left-to-right or right-to-left mark"),
+    (0x2028, 0x2028, "the line separator"),
+    (0x2029, 0x2029, "the paragraph separator"),
+    (0x200B, 0x200D, "a zero-width space or joiner"),
+    (0x2060, 0x2064, "a word joiner or invisible operator"),
+    (0x206A, 0x206F, "a deprecated format control"),
+    (0xFEFF, 0xFEFF, "the zero-width no-break space (byte order mark)"),
+    (0x00AD, 0x00AD, "the soft hyphen (invisible)"),
+    (0x034F, 0x034F, "the combining grapheme joiner (invisible)"),
+    (0x115F, 0x1160, "a Hangul filler (blank)"),
+    (0x3164, 0x3164, "the Hangul filler (blank)"),
+    (0xFFA0, 0xFFA0, "the halfwidth Hangul filler (blank)"),
+    (0x17B4, 0x17B5, "a Khmer inherent vowel (invisible)"),
+    (0x180B, 0x180F, "a Mongolian variation selector or vowel separator (invisible)"),
+    (0xFE00, 0xFE0F, "a variation selector (invisible)"),
+    (0xE0100, 0xE01EF, "a variation selector (invisible)"),
+    (0xFFF9, 0xFFFB, "an interlinear annotation control"),
+    (0x1D173, 0x1D17A, "a musical format control (invisible)"),
+    (0xE0000, 0xE007F, "a tag character (invisible)"),
+    (0x00A0, 0x00A0, "the no-break space (looks like a space)"),
+    (0x1680, 0x1680, "the Ogham space mark (looks like a space)"),
+    (0x2000, 0x200A, "a typographic space (looks like a space)"),
+    (0x202F, 0x202F, "the narrow no-break space (looks like a space)"),
+    (0x205F, 0x205F, "the medium mathematical space (looks like a space)"),
+    (0x3000, 0x3000, "the ideographic space (looks like a space)"),
+)
+_REFUSED_CATEGORIES = {"Cf": "a format character", "Zl": "a line separator", "Zp": "a paragraph separator"}
 _GIT_NAMES = frozenset({".git", "git~1"})  # git~1: the NTFS short name of .git
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _show(text: str) -> str:
-    """Untrusted input quoted for an error message: repr'd and cut to about 200 characters."""
-    shown = repr(text[:_ECHO_CHARS])
+    """Untrusted input quoted for an error message: repr'd (with every character paths refuse
+    escaped too, as repr leaves some printable ones raw) and cut to about 200 characters."""
+    shown = "".join(_escaped(char) for char in repr(text[:_ECHO_CHARS]))
     if len(shown) > _ECHO_CHARS + 10:  # escapes (\x00) can quadruple the length
         shown = shown[:_ECHO_CHARS] + "…"
     if len(text) > _ECHO_CHARS:
@@ -191,6 +246,33 @@ def _is_git_name(component: str) -> bool:
     """Whether a filesystem could take this name for `.git` (case folding, trailing dots and
     spaces on Windows, HFS+ ignorable characters): conservative, like git's own checks."""
     return component.translate(_HFS_IGNORABLE).rstrip(". ").casefold() in _GIT_NAMES
+
+
+def _refused_character(text: str) -> tuple[int, str] | None:
+    """The first character of `text` that `_REFUSED_IN_PATHS` (or its category backstop)
+    refuses, as (code point, what it is), or None."""
+    for char in text:
+        point = ord(char)
+        if point < 0x80:
+            continue
+        for first, last, what in _REFUSED_IN_PATHS:
+            if first <= point <= last:
+                return point, what
+        category = _REFUSED_CATEGORIES.get(unicodedata.category(char))
+        if category is not None:
+            return point, category
+    return None
+
+
+def _escaped(char: str) -> str:
+    if _refused_character(char) is None:
+        return char
+    point = ord(char)
+    return f"\\u{point:04x}" if point <= 0xFFFF else f"\\U{point:08x}"
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
 
 
 def _within(parent: str, child: str) -> bool:
@@ -268,13 +350,16 @@ class Workspace:
         self.limits = limits or _DEFAULT_LIMITS
         self._root = real
         self._changed: dict[str, None] = {}  # an ordered set
+        self._until: float | None = None  # the current call's own deadline (monotonic), if any
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def call(self, name: str, raw_input: Mapping[str, Any]) -> str:
+    def call(self, name: str, raw_input: Mapping[str, Any], *, seconds: float | None = None) -> str:
         """Validate raw_input with the tool's model (pydantic ValidationError -> ToolError naming the field),
         dispatch, return the text result. Unknown name -> ToolError. Never raises anything but ToolError
-        for bad input; OSError from the filesystem becomes ToolError with a safe message."""
+        for bad input; OSError from the filesystem becomes ToolError with a safe message. `seconds`
+        bounds the call's git commands further (the run's remaining time): past it they time out."""
+        self._until = None if seconds is None else time.monotonic() + seconds
         model = TOOL_ARGS.get(name) if isinstance(name, str) else None
         if model is None:
             raise ToolError(f"unknown tool {_show(str(name))}; the tools are {', '.join(TOOL_ARGS)}")
@@ -299,6 +384,7 @@ class Workspace:
         pattern = args.pattern
         if pattern is not None:
             self._check_pattern(pattern)
+            pattern = _nfc(pattern)  # names are shown in NFC, so they are matched in NFC
         kind = self._kind(target)
         if kind is None:
             raise ToolError(f"path: {_show(target.shown)} does not exist")
@@ -318,12 +404,13 @@ class Workspace:
             (deleted if tag == "R" else present).add(path)
         hidden = self._hidden_prefixes()
         files = sorted(
-            path
-            for path in present - deleted
-            if not self._is_hidden(path, hidden)
-            and (
-                pattern is None or fnmatchcase(path, pattern) or fnmatchcase(path.rpartition("/")[2], pattern)
-            )
+            {
+                path
+                for path in map(_nfc, (p for p in present - deleted if not self._is_hidden(p, hidden)))
+                if pattern is None
+                or fnmatchcase(path, pattern)
+                or fnmatchcase(path.rpartition("/")[2], pattern)
+            }
         )
         if not files:
             what = f" matching {_show(pattern)}" if pattern is not None else ""
@@ -369,7 +456,7 @@ class Workspace:
             text = fields[2].removesuffix("\r")
             if len(text) > _LINE_CHARS:
                 text = text[:_LINE_CHARS] + " [...line cut]"
-            line = f"{fields[0]}:{fields[1]}:{text}"
+            line = f"{_nfc(fields[0])}:{fields[1]}:{text}"
             line_size = len(line.encode("utf-8", "replace")) + 1
             if len(shown) >= limits.max_search_matches or size + line_size > limits.max_search_bytes:
                 full = True
@@ -411,6 +498,8 @@ class Workspace:
         _utf8_size(args.old, "old")
         _utf8_size(args.new, "new")
         target = self._resolve(args.path, "path", follow_final=False)
+        if args.old == args.new:
+            raise ToolError(_SAME_TEXT.format(path=_show(target.shown)))
         fd = self._open_file(target)
         with os.fdopen(fd, "rb") as stream:
             data = stream.read(self.limits.max_write_bytes + 1)
@@ -435,6 +524,8 @@ class Workspace:
             at, count = _find_once(text, crlf_old)
             if count:
                 old, new = crlf_old, new.replace("\r\n", "\n").replace("\n", "\r\n")
+                if old == new:  # they differed only in line endings, which the file's CRLF evens out
+                    raise ToolError(_SAME_TEXT.format(path=_show(target.shown)))
         if count != 1:
             raise ToolError(self._mismatch(target, text, data, old, count))
 
@@ -462,6 +553,7 @@ class Workspace:
         if _CONTROL.search(raw):
             raise ToolError(f"{field}: control characters (including NUL) are not allowed: {_show(raw)}")
         _utf8_size(raw, field)
+        raw = _nfc(raw)
         if "\\" in raw:
             raise ToolError(
                 f"{field}: backslashes are not allowed; separate directories with '/': {_show(raw)}"
@@ -481,7 +573,45 @@ class Workspace:
             raise ToolError(f"{field}: '..' components are not allowed: {_show(raw)}")
         if any(_is_git_name(part) for part in parts):
             raise ToolError(f"{field}: the .git directory is not accessible: {_show(raw)}")
+        refused = _refused_character(raw)
+        if refused is not None:
+            point, what = refused
+            raise ToolError(
+                f"{field}: U+{point:04X}, {what}, is not allowed in paths (a reviewer could not see it "
+                f"or it reorders the text around it): {_show(raw)}"
+            )
         return parts
+
+    def _stored(self, parts: tuple[str, ...], field: str) -> tuple[str, ...]:
+        """`parts` (NFC) as the names the directories hold: a component matches a stored name
+        whose NFC form equals it, so a name committed in NFD is addressed where it is; no match
+        keeps the component (a new name, NFC); two or more matches are ambiguous. The walk stops
+        listing at anything that is not a directory inside the clone (outside its git
+        directories): there `_resolve` decides, and nothing outside the clone is listed."""
+        current: str | None = self._root
+        git_dirs = self._git_dirs()
+        stored: list[str] = []
+        for index, part in enumerate(parts):
+            if current is None:
+                stored.append(part)
+                continue
+            try:
+                names = os.listdir(current)
+            except OSError:
+                names = []
+            matches = [name for name in names if name == part or _nfc(name) == part]
+            if len(matches) > 1:
+                where = "/".join(parts[: index + 1])
+                raise ToolError(
+                    f"{field}: {_show(where)} is ambiguous: {len(matches)} names there differ only in "
+                    "Unicode normalization, and the tools cannot tell them apart"
+                )
+            name = matches[0] if matches else part
+            stored.append(name)
+            following = os.path.realpath(os.path.join(current, name))
+            inside = _within(self._root, following) and not any(_within(g, following) for g in git_dirs)
+            current = following if inside and os.path.isdir(following) else None
+        return tuple(stored)
 
     def _resolve(self, raw: str, field: str, *, follow_final: bool = True) -> _Target:
         """Check `raw` and find its real path inside the clone.
@@ -489,8 +619,9 @@ class Workspace:
         The parent is resolved first so that nothing outside the clone is even stat'ed. With
         `follow_final` false (writes) the last component must not be a symbolic link at all;
         for a name that does not exist yet realpath resolves its existing ancestors."""
-        parts = self._normalize(raw, field)
-        shown = "/".join(parts) or "."
+        given = self._normalize(raw, field)
+        shown = "/".join(given) or "."
+        parts = self._stored(given, field)
         root = self._root
         parent = os.path.realpath(os.path.join(root, *parts[:-1])) if len(parts) > 1 else root
         if not _within(root, parent):
@@ -670,6 +801,8 @@ class Workspace:
         """`git <argv> -- <target>` on the clone with the git directory and work tree named on
         the command line (a `core.worktree` in the clone's config would otherwise win)."""
         pathspec = [] if not target.parts else ["--", ":(literal)" + target.rel]
+        if self._until is not None:
+            timeout = max(0.01, min(timeout, self._until - time.monotonic()))
         return run_git(
             ["--git-dir", os.path.join(self._root, ".git"), "--work-tree", self._root, *argv, *pathspec],
             cwd=self._root,

@@ -21,7 +21,7 @@ from steward.domain.capability import Capability, bearer_token
 from steward.domain.errors import Forbidden, LifecycleError, Unauthorized
 from steward.domain.models import TaskStatus, iso, utcnow
 
-if TYPE_CHECKING:  # githubkit costs the mint's cold start; only the token route needs it
+if TYPE_CHECKING:  # githubkit costs the runtime function's cold start; only the token route needs it
     from steward.adapters.github import GitHubApp
 
 

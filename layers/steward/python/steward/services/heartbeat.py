@@ -6,6 +6,13 @@ lease (conditional, with a fencing epoch), a fresh reload of plans and live task
 `reconcile`, and `apply`. The lease epoch fences the only non-idempotent write (spawn,
 which also charges the daily cap); every other action is a conditional write that is
 harmless when late or repeated.
+
+Cancelling stops the runtime through the launcher (the one that started it). A spawn of a
+new revision first fences the task it supersedes (`Spawn.supersedes`, recorded on the plan
+item by publish and removed by the spawn itself): that task is cancelled if it is still
+queued or running (the confirm's own cancel was lost), and a cancelled one has its runtime
+stopped, so a runtime cancelled by the confirm in the API, which has no launcher, is
+stopped before its successor starts. A task that reached review is left alone.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from steward.domain.launch import Launcher
 from steward.domain.loop import LoopState
 from steward.domain.models import Plan, Task, TaskStatus, utcnow
 from steward.domain.reconcile import (
+    SUPERSEDED,
     Action,
     Cancel,
     CompletePlan,
@@ -39,6 +47,7 @@ from steward.domain.reconcile import (
 )
 from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.launching import launch_task
+from steward.services.resync import Resync, Sweep
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +82,7 @@ class Heartbeat:
     launcher: Launcher
     clock: Callable[[], datetime] = utcnow
     owner: str = ""
+    resync: Resync | None = None  # None: GitHub is not observed (no App configured)
 
     def __post_init__(self) -> None:
         self.owner = self.owner or f"hb-{uuid.uuid4().hex[:12]}"
@@ -110,9 +120,13 @@ class Heartbeat:
             now,
             Policy(max_parallel=state.settings.max_parallel, spawns_left=state.spawns_left(day)),
         )
-        applier = _Apply(self, state, {p.slug: p for p in plans}, {t.id: t for t in live}, now, day)
+        sweep = self.resync.start() if self.resync is not None else None
+        applier = _Apply(self, state, {p.slug: p for p in plans}, {t.id: t for t in live}, now, day, sweep)
         complete = applier.run(decision.actions)
         due = gates.next_local_midnight(state.settings, now) if decision.blocked_by_cap else None
+        if self.resync is not None and sweep is not None:
+            self.resync.sweep_review(sweep, state.user, live, now=now)
+            due = _earliest(due, self.resync.next_due(sweep, live, now=now))
         self.users.finish_tick(
             state,
             now=self.clock(),
@@ -139,10 +153,12 @@ class _Apply:
     live: dict[str, Task]
     now: datetime
     day: str
+    sweep: Sweep | None = None
 
     def __post_init__(self) -> None:
         self.spawned: list[str] = []
         self.spawn_blocked = False
+        self.stopped: set[str] = set()  # tasks whose runtime this tick stopped
 
     def run(self, actions: tuple[Action, ...]) -> bool:
         complete = True
@@ -170,17 +186,11 @@ class _Apply:
                 now=self.now,
             )
         elif isinstance(action, Cancel):
-            task = self.live[action.task_id]
-            cancelled, _ = beat.tasks.transition(
-                task,
-                TaskStatus.CANCELLED,
-                now=self.now,
-                event="cancelled",
-                classification="final",
-                reason=action.reason,
-            )
-            beat.launcher.stop(cancelled, cancelled.launch_ref)
-            beat.tasks.project_item(cancelled, now=self.now)
+            cancelled = self._cancel(self.live[action.task_id], action.reason)
+            plan = self.plans.get(cancelled.plan_slug)
+            item = plan.item(cancelled.item_key) if plan else None
+            if item is None or item.task_id == cancelled.id:  # a superseded item has moved on
+                beat.tasks.project_item(cancelled, now=self.now)
         elif isinstance(action, MarkInProgress):
             beat.plans.mark_in_progress(self.state.user, action.plan_slug, now=self.now)
         elif isinstance(action, CompletePlan):
@@ -190,6 +200,28 @@ class _Apply:
             if found is not None:
                 beat.tasks.project_item(found, now=self.now)
 
+    def _cancel(self, task: Task, reason: str) -> Task:
+        """Cancel `task` (a no-op if it already is) and stop its runtime."""
+        cancelled, _ = self.beat.tasks.transition(
+            task, TaskStatus.CANCELLED, now=self.now, event="cancelled", classification="final", reason=reason
+        )
+        self.beat.launcher.stop(cancelled, cancelled.launch_ref)
+        self.stopped.add(cancelled.id)
+        return cancelled
+
+    def _fence(self, task_id: str) -> None:
+        """Before a new revision spawns: the task it supersedes is cancelled if still queued
+        or running, and a cancelled one has its runtime stopped. One that reached review
+        keeps its pull request; raises LifecycleError if it got there just now (the spawn
+        waits for the next tick, which sees it in review)."""
+        if task_id in self.stopped:
+            return
+        old = self.beat.tasks.get(task_id)
+        if old is None:
+            return
+        if old.status in (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.CANCELLED):
+            self._cancel(old, SUPERSEDED)
+
     def _spawn(self, action: Spawn) -> None:
         if self.spawn_blocked:
             raise Conflict("an earlier spawn of this tick was refused by the loop state")
@@ -197,6 +229,17 @@ class _Apply:
         item = plan.item(action.item_key)
         if item is None:
             return
+        if action.supersedes is not None:
+            self._fence(action.supersedes)
+        resync, sweep = self.beat.resync, self.sweep
+        if action.previous_task_id is not None and resync is not None and sweep is not None:
+            # The failed runtime may have opened a pull request before it died: then the
+            # item is that pull request's, and a retry would open a second one.
+            revived = resync.revived(sweep, action.previous_task_id, now=self.now)
+            if revived is None:
+                raise Conflict("GitHub could not be asked about the previous attempt; the retry waits")
+            if revived:
+                return
         task = task_for(plan, item, attempt=action.attempt, now=self.now)
         charge = SpawnCharge(
             day=self.day,
@@ -225,3 +268,8 @@ class _Apply:
                 tasks=self.beat.tasks,
                 now=self.now,
             )
+
+
+def _earliest(*moments: datetime | None) -> datetime | None:
+    given = [m for m in moments if m is not None]
+    return min(given) if given else None

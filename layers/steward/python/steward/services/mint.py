@@ -32,7 +32,7 @@ class Minter:
     """Exchanges tickets for capabilities.
 
     `prices` is the price table's lookup (`load_price_table().entry`, as
-    `steward.mint_handler` wires it); None skips the price check and exists only for the
+    `steward.wiring.minter` wires it); None skips the price check and exists only for the
     tests of this module.
     """
 

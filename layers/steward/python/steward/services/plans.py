@@ -1,28 +1,52 @@
-"""Plan use cases: publish (parse, merge, conditional save) and the lifecycle transitions."""
+"""Plan use cases: publish (parse, merge, conditional save) and the lifecycle transitions.
+
+Confirming a new revision of an item cancels the task of the revision it supersedes while
+that task is queued or running (`cancelled`, reason `superseded`, DESIGN section 3): after
+the approval (one transaction with the loop's wake-up), each item that names a superseded
+task (`PlanItem.supersedes`) costs one GetItem, and each cancel one TransactWriteItems (the
+task, its event, the wake). These cancels are not part of the approval's transaction: they
+would make it conflict with every progress event of the running task, and a plan item can
+name its superseded task only until the loop spawns the new revision. The approval is the
+durable decision; a cancel lost to a crash or an error here is made by the loop's next tick
+(`steward.domain.reconcile:superseded`), which also stops the runtime (the API has no
+launcher; the runtime notices the cancel at its next heartbeat either way). The relay, the
+token route and publication refuse a cancelled task.
+"""
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
 from datetime import datetime
 
 from steward.adapters.plan_store import PlanStore
+from steward.adapters.task_store import TaskStore
 from steward.domain import plans as plan_rules
 from steward.domain.documents import DocumentPolicy, parse_document
-from steward.domain.errors import Conflict
+from steward.domain.errors import Conflict, LifecycleError
 from steward.domain.ids import plan_id, validate_slug
-from steward.domain.models import Plan, utcnow
+from steward.domain.models import Plan, TaskStatus, utcnow
+from steward.domain.reconcile import SUPERSEDED, superseded
+
+logger = logging.getLogger(__name__)
 
 PUBLISH_ATTEMPTS = 8
 
 
 class PlanService:
     def __init__(
-        self, store: PlanStore, policy: DocumentPolicy, clock: Callable[[], datetime] = utcnow
+        self,
+        store: PlanStore,
+        policy: DocumentPolicy,
+        *,
+        tasks: TaskStore,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
         self.policy = policy
+        self.tasks = tasks
         self.clock = clock
 
     def publish(self, user: str, slug: str, markdown: str) -> Plan:
@@ -56,7 +80,32 @@ class PlanService:
         return self.store.page(user, limit=limit, cursor=cursor)
 
     def confirm(self, user: str, slug: str, content_hash: str | None = None) -> Plan:
-        return self.store.confirm(user, validate_slug(slug), content_hash=content_hash, now=self.clock())
+        plan = self.store.confirm(user, validate_slug(slug), content_hash=content_hash, now=self.clock())
+        self._cancel_superseded(plan)
+        return plan
+
+    def _cancel_superseded(self, plan: Plan) -> None:
+        """Cancel each queued or running task that the approved plan supersedes. Idempotent:
+        a cancelled task stays as it is, one that reached review keeps its pull request."""
+        for item in plan.active_items:
+            if item.supersedes is None:
+                continue
+            try:
+                task = self.tasks.get(item.supersedes)
+                if task is None or not superseded(plan, task):
+                    continue
+                self.tasks.transition(
+                    task,
+                    TaskStatus.CANCELLED,
+                    now=self.clock(),
+                    event="cancelled",
+                    classification="final",
+                    reason=SUPERSEDED,
+                )
+            except LifecycleError:
+                continue  # it reached review meanwhile: it keeps its pull request
+            except Exception:  # the approval stands; the loop's next tick cancels it
+                logger.exception("cancelling superseded task %s failed", item.supersedes)
 
     def submit(self, user: str, slug: str) -> Plan:
         return self.store.submit(user, validate_slug(slug), now=self.clock())

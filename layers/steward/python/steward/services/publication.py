@@ -40,11 +40,17 @@ request:
 * pull_request: any pull request for the head, in any state, is reused; otherwise one is
   opened (and GitHub's 422 "already exists" is answered with the existing one).
 
-Artifacts are written under `clone.parent / "artifacts"` and, when an ArtifactStore is given,
-uploaded. Everything written, the commit message and the pull request's title and body are
-redacted (`steward.domain.redaction`) of the tokens in use, of every secret the caller's
-redactor holds, and of anything shaped like a credential; a text is redacted before it is
-cut to length, so a cut never leaves part of a token.
+Artifacts are written under `clone.parent / "artifacts"` and, when an artifact sink is given,
+uploaded (in the runtime: presigned PUTs through the runtime routes). Everything written, the
+commit message and the pull request's title and body are redacted (`steward.domain.redaction`)
+of the tokens in use, of every secret the caller's redactor holds, and of anything shaped like
+a credential; a text is redacted before it is cut to length, so a cut never leaves part of a
+token.
+
+The re-checks ask `status_of` for the task's status now; in the runtime that is the control
+plane's answer to a heartbeat (`POST /v1/runtime/heartbeat`), so publication needs no table
+access. A second guard needs nothing from here: the token route refuses a task that is not
+running, and the push asks for a fresh token.
 """
 
 from __future__ import annotations
@@ -58,9 +64,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.git import (
     DIFF_FLAGS,
     STATUS_FLAGS,
@@ -79,7 +84,6 @@ from steward.adapters.git import (
     untrusted_tree,
 )
 from steward.adapters.github import PullRef, RepositoryClient
-from steward.adapters.task_store import TaskStore
 from steward.domain.errors import StewardError
 from steward.domain.ids import branch_name
 from steward.domain.models import Task, TaskStatus, iso, utcnow
@@ -113,6 +117,15 @@ GITLINK_MODE = "160000"
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 StageHook = Callable[[str, Mapping[str, Any]], None]
+# The task's status now (None: it no longer exists): `TaskStore.get`'s, or a heartbeat's.
+StatusOf = Callable[[str], TaskStatus | None]
+
+
+class ArtifactSink(Protocol):
+    """Where artifacts go: `steward.adapters.artifact_store:ArtifactStore` (S3, with AWS
+    credentials) or, in the runtime, `steward.adapters.runtime_api:RuntimeArtifacts`."""
+
+    def put(self, task_id: str, name: str, body: bytes, content_type: str) -> None: ...
 
 
 class PublishError(StewardError):
@@ -193,15 +206,15 @@ class Publisher:
     def __init__(
         self,
         github: RepositoryClient,
-        tasks: TaskStore,
-        artifacts: ArtifactStore | None,
+        status_of: StatusOf,
+        artifacts: ArtifactSink | None,
         *,
         bot_name: str = "steward[bot]",
         bot_email: str = "steward-bot@users.noreply.github.com",
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.github = github
-        self.tasks = tasks
+        self.status_of = status_of
         self.artifacts = artifacts
         self.bot_name = bot_name
         self.bot_email = bot_email
@@ -458,15 +471,15 @@ class Publisher:
         return "ok", {"sha": self._head(run)}
 
     def _recheck(self, run: _Run, name: str) -> tuple[str, dict[str, Any]]:
-        current = self.tasks.get(run.task.id)
-        if current is None or current.status == TaskStatus.CANCELLED:
+        status = self.status_of(run.task.id)
+        if status is None or status is TaskStatus.CANCELLED:
             raise PublishError(
                 f"task {run.task.id} was cancelled; publication stops before "
                 + ("the push" if name == "recheck_push" else "opening a pull request"),
                 stage=name,
                 reason="cancelled",
             )
-        return "ok", {"task_status": current.status.value}
+        return "ok", {"task_status": status.value}
 
     def _push(self, run: _Run, sha: str) -> tuple[str, dict[str, Any]]:
         branch = run.task.branch

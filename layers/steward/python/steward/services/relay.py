@@ -1,10 +1,22 @@
 """The relay: every model call admitted against the task's budget (DESIGN section 5).
 
 Per call: size bound (413) before anything touches storage; capability verified (401);
-body validated (400) and its model checked against the pinned one (403); the price entry
-(403 when unknown); one conditional UpdateItem reserves the call's maximum cost (input
-bounded by its UTF-8 byte count, plus `maxTokens` at the output price); the provider is
-called with exactly the admitted `maxTokens`; one conditional UpdateItem settles.
+body screened and validated (400 naming the field) and its model checked against the pinned
+one (403); the price entry (403 when unknown); one conditional UpdateItem reserves the call's
+maximum cost (input bounded by its UTF-8 byte count, plus `maxTokens` at the output price);
+the provider is called with exactly the admitted `maxTokens`; one conditional UpdateItem
+settles, never for more than the reservation.
+
+The screen refuses, before anything is charged, text that is not valid Unicode (a lone
+surrogate, which no provider takes) and every credential the relay must never hand to a
+provider: the bearer this call presents, any other Steward capability or ticket, and GitHub
+tokens (`steward.domain.redaction.issued_credential`). Generic shapes (any JWT, AWS keys,
+URL userinfo) pass: repositories hold them in fixtures.
+
+A provider that reports more usage than the reservation could pay for is charged the
+reservation (the most the relay authorized for the call); the excess goes to the task's
+`over_reported_usd` in the same settlement write, an `over_report` event is recorded (the
+only extra requests, and only then), and the handler emits the `ProviderOverReport` metric.
 
 When the full `maxTokens` does not fit, it is lowered to what the room pays for (one more
 UpdateItem), and the call is refused only below a floor: 402 when settled spend leaves no
@@ -17,8 +29,8 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -27,16 +39,18 @@ from pydantic import ValidationError
 
 from steward.adapters.budget_store import BudgetStore
 from steward.domain.budget import (
+    Charge,
     Refusal,
     Usage,
     affordable_max_tokens,
+    charge_for,
     cost_of,
     input_bound_tokens,
     judge_refusal,
     max_cost,
 )
 from steward.domain.capability import Capability, bearer_token
-from steward.domain.converse import ConverseRequest, payload_bytes
+from steward.domain.converse import ConverseRequest, is_valid_text, payload_bytes, text_fields
 from steward.domain.errors import (
     BadRequest,
     BudgetExhausted,
@@ -47,6 +61,7 @@ from steward.domain.errors import (
 )
 from steward.domain.models import TaskStatus, utcnow
 from steward.domain.prices import PriceEntry, PriceTable
+from steward.domain.redaction import issued_credential
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +74,17 @@ RESERVATION_TTL = timedelta(minutes=15)
 @dataclass
 class RelayOutcome:
     response: dict[str, Any]
-    cost_usd: Decimal
+    cost_usd: Decimal  # what the call was charged: never more than its reservation
     remaining_usd: Decimal
     max_tokens: int
-    overspent: bool = False
+    over_reported_usd: Decimal = Decimal(0)  # what the provider reported beyond the reservation
+
+    @property
+    def over_reported(self) -> bool:
+        return self.over_reported_usd > 0
+
+
+RecordOverReport = Callable[[str, Mapping[str, Any], datetime], None]
 
 
 @dataclass
@@ -71,6 +93,11 @@ class Relay:
     budget: BudgetStore
     prices: PriceTable
     provider_for: Callable[[str, PriceEntry], Any]
+    # (task id, event data, now): the durable `over_report` event (TaskStore.record_over_report)
+    record_over_report: RecordOverReport
+    # The deployment's capability key ids: a JWT in a body whose header names one is refused
+    # as a capability even if its claims do not say so.
+    capability_key_ids: frozenset[str] = field(default_factory=frozenset)
     clock: Callable[[], datetime] = utcnow
     max_body_bytes: int = MAX_BODY_BYTES
     # maxTokens is also bounded so that a call fits the API's integration timeout.
@@ -80,8 +107,11 @@ class Relay:
         raw = body.encode() if isinstance(body, str) else (body or b"")
         if len(raw) > self.max_body_bytes:
             raise TooLarge(f"request body is over {self.max_body_bytes} bytes", field="body")
-        capability = self.verify(bearer_token(authorization))
-        request = _parse(raw)
+        bearer = bearer_token(authorization)
+        capability = self.verify(bearer)
+        data = _load(raw)
+        self._screen(data, bearer)
+        request = _validate(data)
         if request.modelId is not None and request.modelId != capability.model_id:
             raise Forbidden("the capability is pinned to another model", field="modelId")
         entry = self.prices.entry(capability.model_id)
@@ -111,20 +141,87 @@ class Relay:
             )
             raise ProviderError(f"the provider call failed ({type(exc).__name__})") from None
         usage: Usage | None = result.usage
-        actual = reserved if usage is None else cost_of(entry, usage)
-        overspent = actual > reserved
-        if overspent:  # cannot happen with honest usage: the bound is an upper bound
-            logger.error("provider reported more than reserved", extra={"task_id": capability.task_id})
+        reported = reserved if usage is None else cost_of(entry, usage)
+        charge = charge_for(reserved, reported)
         settlement = self.budget.settle(
-            task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=actual
+            task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=reported
         )
+        if charge.over_reported > 0:  # cannot happen with honest usage: the bound is an upper bound
+            self._over_report(
+                capability,
+                reservation_id=rid,
+                max_tokens=admitted,
+                reported=reported,
+                charge=charge,
+                usage=usage,
+                settled=settlement.applied,
+            )
         return RelayOutcome(
             response=result.response,
-            cost_usd=actual,
+            cost_usd=charge.charged,
             remaining_usd=settlement.remaining(capability.max_budget_usd),
             max_tokens=admitted,
-            overspent=overspent,
+            over_reported_usd=charge.over_reported,
         )
+
+    def _screen(self, data: dict[str, Any], bearer: str) -> None:
+        """400 naming the field for text that is not valid Unicode or that carries a
+        credential the relay must not forward (see the module docstring)."""
+        for where, text in text_fields(data):
+            if not is_valid_text(text):
+                raise BadRequest(f"{where}: not valid UTF-8 text (a lone surrogate)", field=where)
+            if bearer in text:
+                raise BadRequest(
+                    f"{where}: carries the capability this call presents; the relay never forwards "
+                    "a credential to a model provider",
+                    field=where,
+                )
+            kind = issued_credential(text, self.capability_key_ids)
+            if kind is not None:
+                raise BadRequest(
+                    f"{where}: carries {kind}; the relay never forwards a credential to a model provider",
+                    field=where,
+                )
+
+    def _over_report(
+        self,
+        capability: Capability,
+        *,
+        reservation_id: str,
+        max_tokens: int,
+        reported: Decimal,
+        charge: Charge,
+        usage: Usage | None,
+        settled: bool,
+    ) -> None:
+        """Record a provider's report beyond the reservation: the log line and the durable
+        event (the settlement already added the excess to the task's `over_reported_usd`).
+        The call's answer does not depend on it: the money is settled either way."""
+        data: dict[str, Any] = {
+            "model_id": capability.model_id,
+            "reservation_id": reservation_id,
+            "max_tokens": max_tokens,
+            "reserved_usd": str(charge.charged),  # an over-report is charged its reservation
+            "reported_usd": str(reported),
+            "charged_usd": str(charge.charged),
+            "over_reported_usd": str(charge.over_reported),
+            "settled": settled,
+        }
+        if usage is not None:
+            data["usage"] = {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+            }
+        logger.error(
+            "provider reported more than reserved",
+            extra={"task_id": capability.task_id, "over_reported_usd": data["over_reported_usd"]},
+        )
+        try:
+            self.record_over_report(capability.task_id, data, self.clock())
+        except Exception:  # the item's total and the metric hold it; the event is the detail
+            logger.exception("could not record the over-report event", extra={"task_id": capability.task_id})
 
     def _reserve(
         self, capability: Capability, entry: PriceEntry, bound: int, wanted: int
@@ -167,13 +264,17 @@ class Relay:
         raise BudgetExhausted("the task's budget is spent", field="budget")
 
 
-def _parse(raw: bytes) -> ConverseRequest:
+def _load(raw: bytes) -> dict[str, Any]:
     try:
         data = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # invalid UTF-8 bytes too (a UnicodeDecodeError)
         raise BadRequest("request body is not valid JSON", field="body") from exc
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object", field="body")
+    return data
+
+
+def _validate(data: dict[str, Any]) -> ConverseRequest:
     try:
         return ConverseRequest.model_validate(data)
     except ValidationError as exc:

@@ -15,13 +15,17 @@ Order, chosen so that input that cannot be processed stores nothing and costs no
    matter).
 6. Pure correlation (pull requests): a canonical task branch, head and base in the event's
    repository, an installation id. Otherwise ignored.
-7. The delivery is recorded with one conditional put; a duplicate ends here (200
-   "duplicate", one DynamoDB request in all).
-8. Act. A pull request event whose task, repository or installation does not match (no
-   such task, another repository, an installation unknown, suspended, not holding the
-   repository or linked to another user) is ignored and its delivery record removed again,
-   so it leaves nothing behind; if acting raises, the record is removed too and the error
-   propagates (500), so GitHub's redelivery is processed afresh.
+7. A delivery whose effect was committed before ends here (200 "duplicate", one
+   consistent read in all).
+8. Act. The effect and the delivery's "processed" mark commit in one transaction (the
+   task transition, or the installation sync), so no acknowledged delivery is ever lost:
+   a failure at any write answers 5xx, leaves neither, and GitHub's redelivery is
+   processed afresh; a concurrent copy that committed first makes this one a duplicate. A
+   pull request event whose task, repository or installation does not match (no such task,
+   another repository, an installation unknown, suspended, not holding the repository or
+   linked to another user) is ignored, and like any delivery that changes nothing it stores
+   nothing. The item projection after a transition may fail on its own: the loop repairs
+   projections from the task (the truth).
 
 Pull requests: the target status is assigned through `TaskStore.transition`, which is a
 no-op when the task already has it; a transition the lifecycle forbids (anything after
@@ -40,12 +44,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 from steward.adapters.delivery_store import DeliveryStore
+from steward.adapters.dynamo import IncludedWriteRefused
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
-from steward.domain.errors import BadRequest, Conflict, LifecycleError, Unauthorized
-from steward.domain.installations import Installation
+from steward.domain.errors import BadRequest, LifecycleError, Unauthorized
 from steward.domain.models import utcnow
 from steward.domain.webhooks import (
     HANDLED,
@@ -60,17 +65,13 @@ from steward.domain.webhooks import (
     header,
     installation_change,
     load_payload,
-    merge,
     pull_request_facts,
     signature_matches,
-    sync_from_map,
-    sync_to_map,
 )
+from steward.services.installations import sync_installation
 
 # The handler and the local stack import the secret and the outcome from here with the service.
 logger = logging.getLogger(__name__)
-
-SYNC_ATTEMPTS = 8
 
 
 class WebhookReceiver:
@@ -128,11 +129,13 @@ class WebhookReceiver:
             problem = branch_problem(facts)
             if problem:
                 return self._ignored(problem, context)
-            return self._recorded(
-                delivery, event_name, context, lambda now: self._pull_request(facts, now, context)
+            return self._once(
+                delivery, event_name, context, lambda now, mark: self._pull_request(facts, now, mark, context)
             )
         change = installation_change(event_name, payload)
-        return self._recorded(delivery, event_name, context, lambda now: self._installation(change, now))
+        return self._once(
+            delivery, event_name, context, lambda now, mark: self._installation(change, now, mark)
+        )
 
     # ---- steps
 
@@ -140,28 +143,29 @@ class WebhookReceiver:
         logger.info("webhook ignored: %s", reason, extra=dict(context))
         return WebhookOutcome("ignored", reason)
 
-    def _recorded(
+    def _once(
         self,
         delivery: str,
         event_name: str,
         context: Mapping[str, str],
-        act: Callable[[datetime], WebhookOutcome],
+        act: Callable[[datetime, Mapping[str, Any]], WebhookOutcome],
     ) -> WebhookOutcome:
+        """Apply a delivery at most once: `act` commits its effect together with the
+        delivery's mark, so a failure anywhere (answered 5xx) leaves neither and GitHub's
+        redelivery is processed afresh; a delivery that changes nothing stores nothing."""
         now = self.clock()
-        if not self.deliveries.record(delivery, event=event_name, now=now, ttl_days=self.ttl_days):
+        if self.deliveries.seen(delivery, now=now):
             logger.info("webhook duplicate delivery", extra=dict(context))
             return WebhookOutcome("duplicate")
+        mark = self.deliveries.mark(delivery, event=event_name, now=now, ttl_days=self.ttl_days)
         try:
-            outcome = act(now)
-        except Exception:
-            self.deliveries.forget(delivery)
-            raise
-        if outcome.status == "ignored":
-            self.deliveries.forget(delivery)  # it changed nothing: leave nothing behind
-        return outcome
+            return act(now, mark)
+        except IncludedWriteRefused:  # a concurrent copy of this delivery committed first
+            logger.info("webhook duplicate delivery", extra=dict(context))
+            return WebhookOutcome("duplicate")
 
     def _pull_request(
-        self, facts: PullRequestFacts, now: datetime, context: Mapping[str, str]
+        self, facts: PullRequestFacts, now: datetime, mark: Mapping[str, Any], context: Mapping[str, str]
     ) -> WebhookOutcome:
         task_id = facts.task_id
         task = self.tasks.get(task_id) if task_id else None
@@ -188,6 +192,7 @@ class WebhookReceiver:
                 },
                 extra={"pr_url": facts.url, "pr_number": facts.number},
                 lifecycle_event=True,
+                include=[mark],
             )
         except LifecycleError as exc:
             logger.info("webhook changed nothing: %s", exc.message, extra={**context, "task_id": task.id})
@@ -198,29 +203,7 @@ class WebhookReceiver:
         logger.info("webhook moved task to %s", moved.status.value, extra={**context, "task_id": task.id})
         return WebhookOutcome("applied")
 
-    def _installation(self, change: InstallationChange, now: datetime) -> WebhookOutcome:
-        for _ in range(SYNC_ATTEMPTS):
-            stored, raw, version = self.installations.get_synced(change.installation_id)
-            state = sync_from_map(raw, stored)
-            merged = merge(state, change)
-            owner = stored.owner_sub if stored else None
-            view = merged.view(change.installation_id, owner)
-            visible = stored is None or not _same(view, stored)
-            if raw and merged == state and not visible:
-                return WebhookOutcome("unchanged", "already known")
-            if self.installations.put_synced(view, sync=sync_to_map(merged), version=version, now=now):
-                if merged.needs_refresh and merged.disputes() != state.disputes():
-                    logger.warning(
-                        "installation deliveries stamped alike disagree (%s): kept %s until it is "
-                        "re-read from GitHub",
-                        ", ".join(merged.disputes()),
-                        "suspended" if view.suspended else "not suspended",
-                        extra={"installation_id": change.installation_id},
-                    )
-                # the merge state may have advanced without the visible installation changing
-                return WebhookOutcome("applied" if visible else "unchanged")
-        raise Conflict(f"installation {change.installation_id} kept changing; retry")
-
-
-def _same(a: Installation, b: Installation) -> bool:
-    return (a.account, a.repositories, a.suspended) == (b.account, tuple(b.repositories), b.suspended)
+    def _installation(
+        self, change: InstallationChange, now: datetime, mark: Mapping[str, Any]
+    ) -> WebhookOutcome:
+        return WebhookOutcome(sync_installation(self.installations, change, now=now, include=[mark]))

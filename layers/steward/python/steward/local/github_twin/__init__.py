@@ -17,7 +17,7 @@ REST (root of `twin.url`, as `api.github.com`):
 Git: `{url}/{owner}/{repo}.git` (the repository's `clone_url`).
 
 Admin (`/_twin/`, loopback clients only, no auth): `POST repos/{o}/{r}/pulls/{n}/merge|close|reopen`,
-`GET repos/{o}/{r}/pulls`, `GET deliveries`, `POST deliveries/{id}/redeliver`, `POST flush`,
+`GET repos/{o}/{r}/pulls`, `GET deliveries`, `POST deliveries/{id}/redeliver`, `POST flush`, `POST withhold {"on": bool}`,
 `GET|POST faults`, `POST repos`, `POST installations`,
 `POST installations/{id}/suspend|unsuspend|repositories`. `admin` has a client for them.
 

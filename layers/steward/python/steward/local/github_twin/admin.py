@@ -56,6 +56,11 @@ def set_faults(github_url: str, **values: int) -> dict[str, int]:
     return result
 
 
+def withhold(github_url: str, on: bool) -> bool:
+    """While on, the twin records deliveries and never sends them (lost webhooks)."""
+    return bool(_call(github_url, "POST", "withhold", json={"on": on})["withholding"])
+
+
 def flush(github_url: str) -> int:
     return int(_call(github_url, "POST", "flush")["flushed"])
 

@@ -455,6 +455,13 @@ def _admin_flush(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result
     return _Result(200, {"flushed": twin.flush()})
 
 
+def _admin_withhold(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    on = req.json().get("on")
+    if not isinstance(on, bool):
+        return _Result(422, {"message": "`on` must be true or false"})
+    return _Result(200, {"withholding": twin.withhold(on)})
+
+
 def _admin_faults(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     return _Result(200, twin.admin_faults(req.json() if req.method == "POST" else {}))
 
@@ -501,6 +508,7 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("GET", re.compile(r"^/_twin/deliveries$"), _admin_deliveries),
     ("POST", re.compile(rf"^/_twin/deliveries/{_SEGMENT}/redeliver$"), _admin_redeliver),
     ("POST", re.compile(r"^/_twin/flush$"), _admin_flush),
+    ("POST", re.compile(r"^/_twin/withhold$"), _admin_withhold),
     ("GET", re.compile(r"^/_twin/faults$"), _admin_faults),
     ("POST", re.compile(r"^/_twin/faults$"), _admin_faults),
     ("POST", re.compile(r"^/_twin/repos$"), _admin_create_repo),

@@ -275,6 +275,11 @@ class GitHubTwin(Running):
         """Send the deliveries held by `reorder_deliveries`, newest first; how many."""
         return self._deliverer.flush()
 
+    def withhold(self, on: bool) -> bool:
+        """Record new deliveries without sending them while `on` (see `Deliverer.withhold`)."""
+        self._deliverer.withhold(on)
+        return self._deliverer.withholding
+
     def redeliver(self, delivery_id: str) -> None:
         """Send a past delivery again with the same body and delivery id."""
         self._deliverer.redeliver(delivery_id)

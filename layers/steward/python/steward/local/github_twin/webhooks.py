@@ -68,6 +68,18 @@ class _Outgoing:
     redelivery: bool = False
 
 
+def _withheld(item: _Outgoing) -> Delivery:
+    return Delivery(
+        event=item.event,
+        action=item.action,
+        delivery_id=item.delivery_id,
+        body=item.body,
+        status=None,
+        error="withheld",
+        delivered_at=time.time(),
+    )
+
+
 def signature_256(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
@@ -94,6 +106,7 @@ class Deliverer:
         self._secret = secret
         self._queue: queue.Queue[_Outgoing | None] = queue.Queue()
         self._held: list[_Outgoing] = []
+        self._withholding = False
         self._records: list[Delivery] = []
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -129,12 +142,28 @@ class Deliverer:
         outgoing = _Outgoing(
             event, action if isinstance(action, str) else None, str(uuid.uuid4()), encode(payload)
         )
+        with self._lock:
+            if self._withholding:
+                # GitHub failed to deliver it: recorded (and redeliverable), never sent.
+                self._records.append(_withheld(outgoing))
+                return outgoing.delivery_id
         if self._faults.take("reorder_deliveries"):
             with self._lock:
                 self._held.append(outgoing)
         else:
             self._enqueue([outgoing])
         return outgoing.delivery_id
+
+    def withhold(self, on: bool) -> None:
+        """While on, every new event is recorded as a failed delivery and never sent (a lost
+        webhook, for resync tests); turning it off sends only later events."""
+        with self._lock:
+            self._withholding = on
+
+    @property
+    def withholding(self) -> bool:
+        with self._lock:
+            return self._withholding
 
     def flush(self) -> int:
         """Send the held deliveries, newest first; how many there were."""

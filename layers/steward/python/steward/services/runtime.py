@@ -1,0 +1,298 @@
+"""The runtime's writes (DESIGN section 6): claim, heartbeat, progress events, finish and
+artifact uploads, each authorized by the runtime's capability.
+
+The capability names the task and its owner; no request body does. A body carries the
+runtime id (which the claim records on the task and every later call repeats, so a second
+runtime of the same task, holding a capability of its own, reaches nothing the first one
+claimed) and the call's own data. So a runtime reaches exactly its task, and a capability of
+another task reaches that other task only.
+
+Every call reads the task for its owner, status and runtime id, except the heartbeat, the
+one call made every few seconds: its single conditional write checks all three (and reads
+only when it fails, to say why). What each call admits:
+
+| call | admitted while the task is | writes |
+|---|---|---|
+| claim | queued, or running under this runtime id | queued -> running, `started` |
+| heartbeat | running under this runtime id (else answers `running: false`) | `last_seen`, `deadline` |
+| events | this runtime's, running or in review/merged/closed | one progress event |
+| finish | this runtime's and running (review also once a webhook moved it there) | running -> review or failed, `finished` |
+| artifact upload | this runtime's, in any status | nothing: answers a presigned PUT |
+
+Events are allowed after the pull request's webhook moved the task (the publication's last
+stages are recorded then), never after a failure, a cancellation or a reaping. Uploads are
+allowed in any status once the task is this runtime's: a cancelled or reaped run still
+leaves its record (`harness.json`, `diff.patch`), as the task's own attempt; an upload
+never writes the task. The runtime's finish is the runner's only terminal transition: to
+`review` with its pull request, or `failed` with a classification; every other target is
+refused at the boundary (`Ending`). Event data, reasons and summaries are redacted here
+too, whatever the runtime did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from steward.adapters.artifact_store import ArtifactStore
+from steward.adapters.task_store import TaskStore
+from steward.domain.artifacts import MAX_ARTIFACT_BYTES, RUNTIME_ARTIFACTS, artifact_key
+from steward.domain.capability import Capability
+from steward.domain.errors import BadRequest, Forbidden, LifecycleError, NotFound, TooLarge, Unauthorized
+from steward.domain.models import Classification, Task, TaskStatus, iso, utcnow
+from steward.domain.redaction import Redactor
+
+# How long a runtime's task stays running without a heartbeat before the reaper fails it.
+# The runner beats every STEWARD_RUNNER_HEARTBEAT_SECONDS (at most 60), so this covers three
+# missed beats at the slowest rate.
+RUNNING_GRACE = timedelta(seconds=180)
+UPLOAD_SECONDS = 120  # a presigned PUT is used at once; it outlives no retry
+# Progress events a runtime may append (lifecycle events are the claim's and the finish's).
+PROGRESS_EVENTS = frozenset({"phase", "check", "publish", "tool"})
+MAX_EVENT_DATA_BYTES = 4096  # as stored, after redaction; a check record is ~250 bytes
+MAX_REASON_CHARS = 1000
+MAX_SUMMARY_CHARS = 2000
+AFTER_PULL_REQUEST = frozenset({TaskStatus.REVIEW, TaskStatus.MERGED, TaskStatus.CLOSED})
+CLAIMABLE = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})
+
+RuntimeId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class RuntimeCall(BaseModel):
+    """The body of claim and heartbeat: which runtime is calling."""
+
+    model_config = ConfigDict(extra="forbid")
+    runtime_id: RuntimeId
+
+
+class EventCall(RuntimeCall):
+    type: Annotated[str, StringConstraints(max_length=32)]
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArtifactCall(RuntimeCall):
+    size: int = Field(ge=0)
+
+
+class Ending(RuntimeCall):
+    """How the run ended: `review` with its pull request, or `failed` with a classification
+    and a reason (the two endings `steward.runner.run` writes; nothing else is accepted)."""
+
+    status: Literal["review", "failed"]
+    classification: Classification | None = None
+    reason: Annotated[str, StringConstraints(max_length=MAX_REASON_CHARS)] | None = None
+    pr_url: Annotated[str, StringConstraints(max_length=2048)] | None = None
+    pr_number: int | None = Field(default=None, ge=1)
+    summary: Annotated[str, StringConstraints(max_length=MAX_SUMMARY_CHARS)] = ""
+    artifacts_not_written: list[str] = Field(default_factory=list, max_length=len(RUNTIME_ARTIFACTS))
+
+
+class RuntimeService:
+    """What the `/v1/runtime/*` routes after the ticket exchange do; each method takes the
+    verified capability of the caller."""
+
+    def __init__(
+        self,
+        tasks: TaskStore,
+        artifacts: ArtifactStore,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        grace: timedelta = RUNNING_GRACE,
+        upload_seconds: int = UPLOAD_SECONDS,
+    ) -> None:
+        self.tasks = tasks
+        self.artifacts = artifacts
+        self.clock = clock
+        self.grace = grace
+        self.upload_seconds = upload_seconds
+        self._redactor = Redactor()  # the shapes of every credential; the runtime redacted its own
+
+    # ---- claim and liveness
+    def claim(self, capability: Capability, call: RuntimeCall) -> dict[str, Any]:
+        """{"task": the task as claimed}: queued -> running for this runtime id (a replay by
+        the same runtime answers the task again); 409 once another runtime holds it."""
+        task = self._task(capability)
+        if task.status not in CLAIMABLE:
+            raise LifecycleError(f"the task is {task.status.value}; it cannot be claimed", field="status")
+        now = self.clock()
+        claimed = self.tasks.claim(task, runtime_id=call.runtime_id, now=now, deadline=now + self.grace)
+        return {"task": claimed.model_dump(mode="json")}
+
+    def heartbeat(self, capability: Capability, call: RuntimeCall) -> dict[str, Any]:
+        """{"running", "status", "cost_usd"}: `running` false once the task is no longer
+        this runtime's running task (cancelled, reaped, finished): the runtime stops."""
+        now = self.clock()
+        renewed = self.tasks.renew(
+            capability.task_id,
+            runtime_id=call.runtime_id,
+            user=capability.sub,
+            now=now,
+            deadline=now + self.grace,
+        )
+        task = renewed if renewed is not None else self._task(capability)
+        return {"running": renewed is not None, "status": task.status.value, "cost_usd": str(task.cost_usd)}
+
+    # ---- records
+    def append_event(self, capability: Capability, call: EventCall) -> dict[str, Any]:
+        """{"seq"}: one progress event of an allowed type, redacted and bounded."""
+        if call.type not in PROGRESS_EVENTS:
+            allowed = ", ".join(sorted(PROGRESS_EVENTS))
+            raise BadRequest(f"type: a runtime appends only progress events ({allowed})", field="type")
+        data = self._clean(call.data)
+        if len(json.dumps(data, default=str)) > MAX_EVENT_DATA_BYTES:
+            raise TooLarge(f"data: over {MAX_EVENT_DATA_BYTES} bytes as stored", field="data")
+        task = self._task(capability)
+
+        def admit(current: Task) -> None:
+            self._recording(current, call.runtime_id)
+
+        appended = self.tasks.append_event(task, call.type, data, now=self.clock(), admit=admit)
+        return {"seq": appended.event_seq}
+
+    def finish(self, capability: Capability, ending: Ending) -> dict[str, Any]:
+        """{"status", "changed"}: the terminal transition of this runtime's running task, or,
+        when the task is no longer that, nothing written and the status it has now. A review
+        ending on a task a webhook already moved to review records the `finished` event."""
+        target = TaskStatus(ending.status)
+        task = self._task(capability)
+        data = self._clean(self._finished_data(task, target, ending))
+        now = self.clock()
+        if task.runtime_id != ending.runtime_id or task.finished_by == ending.runtime_id:
+            # Not this runtime's to write, or its ending is recorded already (a replay).
+            return {"status": task.status.value, "changed": False}
+        finished = {"finished_by": ending.runtime_id}
+        if target is TaskStatus.REVIEW and task.status in AFTER_PULL_REQUEST:
+            # Moved on meanwhile (a status with no more records): the ending stays unrecorded.
+            with contextlib.suppress(LifecycleError):
+                self.tasks.append_event(
+                    task,
+                    "finished",
+                    data,
+                    now=now,
+                    admit=lambda current: self._recording(current, ending.runtime_id),
+                    sets=finished,
+                )
+            return {"status": task.status.value, "changed": False}
+        if task.status is not TaskStatus.RUNNING:
+            return {"status": task.status.value, "changed": False}  # cancelled or reaped meanwhile
+        extra: dict[str, Any] = dict(finished)
+        if target is TaskStatus.REVIEW:
+            extra |= {"pr_url": ending.pr_url, "pr_number": ending.pr_number}
+        try:
+            done, changed = self.tasks.transition(
+                task,
+                target,
+                now=now,
+                event="finished",
+                data=data,
+                classification=None if ending.classification is None else ending.classification.value,
+                reason=data.get("reason"),
+                extra=extra,
+            )
+        except LifecycleError:  # moved meanwhile to where this ending cannot follow
+            return {"status": self.tasks.require(task.id).status.value, "changed": False}
+        self.tasks.project_item(done, now=now)
+        return {"status": done.status.value, "changed": changed}
+
+    def artifact_upload(self, capability: Capability, name: str, call: ArtifactCall) -> dict[str, Any]:
+        """{"url", "method", "headers", "key", "expires_at"}: a presigned PUT of exactly
+        `size` bytes to `artifacts/{the capability's task}/{name}`, for a fixed name only."""
+        content_type = RUNTIME_ARTIFACTS.get(name)
+        if content_type is None:
+            names = ", ".join(RUNTIME_ARTIFACTS)
+            raise NotFound(f"no artifact {name[:64]!r}; a runtime uploads {names}", field="name")
+        if call.size > MAX_ARTIFACT_BYTES:
+            raise TooLarge(f"size: an artifact holds at most {MAX_ARTIFACT_BYTES} bytes", field="size")
+        task = self._task(capability)
+        if task.runtime_id != call.runtime_id:
+            raise LifecycleError("the task is not this runtime's", field="runtime_id")
+        now = self.clock()
+        url = self.artifacts.presigned_put(
+            task.id,
+            name,
+            content_type=content_type,
+            content_length=call.size,
+            expires_seconds=self.upload_seconds,
+        )
+        return {
+            "url": url,
+            "method": "PUT",
+            "headers": {"Content-Type": content_type, "Content-Length": str(call.size)},
+            "key": artifact_key(task.id, name),
+            "expires_at": iso(now + timedelta(seconds=self.upload_seconds)),
+        }
+
+    # ---- helpers
+    def _task(self, capability: Capability) -> Task:
+        task = self.tasks.get(capability.task_id)
+        if task is None:
+            raise Unauthorized("the capability's task no longer exists")
+        if task.user != capability.sub:
+            raise Forbidden("the capability's task belongs to another user")
+        return task
+
+    @staticmethod
+    def _recording(task: Task, runtime_id: str) -> None:
+        """Refuse a record (an event) once the task is not this runtime's to record on."""
+        if task.runtime_id != runtime_id:
+            raise LifecycleError("the task is not this runtime's", field="runtime_id")
+        if task.status is not TaskStatus.RUNNING and task.status not in AFTER_PULL_REQUEST:
+            raise LifecycleError(
+                f"the task is {task.status.value}; its runtime records nothing more", field="status"
+            )
+
+    def _finished_data(self, task: Task, target: TaskStatus, ending: Ending) -> dict[str, Any]:
+        unknown = sorted(set(ending.artifacts_not_written) - set(RUNTIME_ARTIFACTS))
+        if unknown:
+            raise BadRequest(
+                f"artifacts_not_written: no artifact {unknown[0][:64]!r}", field="artifacts_not_written"
+            )
+        data: dict[str, Any] = {"runtime_id": ending.runtime_id}
+        if target is TaskStatus.REVIEW:
+            if ending.classification is not None or ending.reason is not None:
+                raise BadRequest("classification: a review ending has none", field="classification")
+            if ending.pr_url is None or ending.pr_number is None:
+                raise BadRequest("pr_url: a review ending names its pull request", field="pr_url")
+            if not _is_pull_url(ending.pr_url, task.repo, ending.pr_number):
+                raise BadRequest(
+                    f"pr_url: not the URL of pull request {ending.pr_number} of {task.repo}", field="pr_url"
+                )
+            data |= {
+                "outcome": "published",
+                "pr_url": ending.pr_url,
+                "pr_number": ending.pr_number,
+                "summary": ending.summary,
+            }
+        else:
+            if ending.classification is None:
+                raise BadRequest(
+                    "classification: a failed ending is final or retryable", field="classification"
+                )
+            if not ending.reason:
+                raise BadRequest("reason: a failed ending says why", field="reason")
+            if ending.pr_url is not None or ending.pr_number is not None:
+                raise BadRequest("pr_url: a failed ending has no pull request", field="pr_url")
+            data |= {
+                "outcome": "failed",
+                "classification": ending.classification.value,
+                "reason": ending.reason,
+            }
+        if ending.artifacts_not_written:
+            data["artifacts_not_written"] = sorted(set(ending.artifacts_not_written))
+        return data
+
+    def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
+        cleaned: dict[str, Any] = self._redactor.clean(data)
+        return cleaned
+
+
+def _is_pull_url(url: str, repo: str, number: int) -> bool:
+    """`url` is http(s) and its path ends in `/{repo}/pull/{number}` (GitHub's html_url)."""
+    match = re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)", url)
+    return match is not None and match.group(1).lower().endswith(f"/{repo.lower()}/pull/{number}")

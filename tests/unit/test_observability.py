@@ -1,0 +1,53 @@
+"""Tracing follows Powertools' own rule (inside Lambda, unless disabled), and outside
+Lambda no handler pays for the X-Ray SDK at import."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from steward import observability
+
+HANDLERS = (
+    "steward.relay_handler",
+    "steward.webhook_handler",
+    "steward.api.handler",
+    "steward.heartbeat_handler",
+)
+
+
+def test_outside_lambda_no_handler_imports_the_xray_sdk() -> None:
+    code = f"import sys, json; import {', '.join(HANDLERS)}; print(json.dumps('aws_xray_sdk' in sys.modules))"
+    env = {k: v for k, v in os.environ.items() if k not in ("LAMBDA_TASK_ROOT", "POWERTOOLS_TRACE_DISABLED")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert json.loads(done.stdout) is False
+
+
+@pytest.mark.parametrize(
+    ("environ", "traced"),
+    [
+        ({}, False),
+        ({"LAMBDA_TASK_ROOT": "/var/task"}, True),
+        ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "true"}, False),
+        ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "1"}, False),
+    ],
+)
+def test_tracing_is_on_only_inside_lambda_unless_disabled(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], traced: bool
+) -> None:
+    monkeypatch.delenv("LAMBDA_TASK_ROOT", raising=False)
+    monkeypatch.delenv("POWERTOOLS_TRACE_DISABLED", raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    tracer = observability.tracer_for("test")
+    assert (type(tracer).__name__ == "Tracer") is traced
+
+    @tracer.capture_lambda_handler(capture_response=False)
+    def handler(event: dict[str, int], context: object) -> int:
+        return event["n"] + 1
+
+    if not traced:  # the untraced decorator hands the handler back as it is
+        assert handler({"n": 1}, None) == 2

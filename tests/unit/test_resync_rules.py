@@ -1,0 +1,59 @@
+"""Which review tasks the loop asks GitHub about, and when it must tick again for them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from steward.domain.models import Task, TaskStatus
+from steward.domain.resync import ResyncPolicy, due, next_due
+
+T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
+POLICY = ResyncPolicy(period=timedelta(minutes=15), max_calls=3)
+
+
+def task(
+    n: int, status: TaskStatus = TaskStatus.REVIEW, *, changed: int = 0, observed: int | None = None
+) -> Task:
+    return Task(
+        id=f"t{n:03d}",
+        user="alice",
+        plan_id="p",
+        plan_slug="demo",
+        item_key=f"k{n}",
+        ordinal=n,
+        revision=1,
+        attempt=1,
+        status=status,
+        branch=f"steward/{n:024d}",
+        repo="octo/demo",
+        model="scripted",
+        budget_usd=Decimal("1"),
+        title="x",
+        created_at=T0,
+        updated_at=T0 + timedelta(minutes=changed),
+        github_observed_at=None if observed is None else T0 + timedelta(minutes=observed),
+    )
+
+
+def test_only_review_tasks_a_period_old_are_due_oldest_first_within_the_budget() -> None:
+    tasks = [
+        task(1, changed=10),  # entered review at +10: due from +25
+        task(2, changed=0, observed=20),  # looked at +20: due from +35
+        task(3, changed=0),  # due from +15
+        task(4, TaskStatus.RUNNING),  # not waiting on GitHub
+        task(5, changed=0, observed=1),  # due from +16
+        task(6, changed=0),
+    ]
+    now = T0 + timedelta(minutes=30)
+    assert [t.id for t in due(tasks, now, POLICY, budget=3)] == ["t003", "t006", "t005"]
+    assert [t.id for t in due(tasks, now, POLICY, budget=10)] == ["t003", "t006", "t005", "t001"]
+    assert due(tasks, now, POLICY, budget=0) == []
+    assert due(tasks, T0 + timedelta(minutes=14), POLICY, budget=10) == []
+
+
+def test_the_next_resync_is_when_the_oldest_review_task_falls_due() -> None:
+    assert next_due(
+        [task(1, changed=5), task(2, observed=2), task(3, TaskStatus.RUNNING)], POLICY
+    ) == T0 + timedelta(minutes=17)
+    assert next_due([task(3, TaskStatus.RUNNING), task(4, TaskStatus.MERGED)], POLICY) is None
