@@ -9,7 +9,6 @@ test_runner's."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from tests.integration.test_runner import (
     settled,
     start,
 )
+from tests.support.stack import local_stack
 
 FAKE_TOKEN = "ghs_" + "N0tAL1veT0kenButSh4pedL1keOne0123456"  # what the redactor's patterns catch
 
@@ -100,18 +100,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, host: Path) -> Iterator[Loca
         "STEWARD_RUNNER_MAX_REPAIR_ROUNDS": "0",
         "STEWARD_CHECK_WALL_SECONDS": "60",
     }
-    saved = {k: os.environ.get(k) for k in overrides}
-    os.environ.update(overrides)
-    try:
-        with LocalStack(state_file=root / "local.json", tick_seconds=1, reaper_seconds=2) as stack:
-            RUNTIME_LOGS.append(stack.state_dir / "runs")
-            yield stack
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with local_stack(root, overrides) as stack:
+        RUNTIME_LOGS.append(stack.state_dir / "runs")
+        yield stack
 
 
 @pytest.fixture(autouse=True)
