@@ -5,7 +5,10 @@ replaced, by one that fetches the authorization URL and follows its redirect).""
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
+import sys
 import time
 import webbrowser
 from collections.abc import Callable, Iterator
@@ -254,3 +257,32 @@ def test_missing_settings_and_plain_http_issuers_are_one_line_errors(run: Run) -
     )
     assert code == 1
     assert "must be an https URL" in err
+
+
+def test_no_browser_prints_the_url_and_a_separate_process_signs_in(
+    issuer: FakeIssuer, api: FakeApi, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEWARD_")}
+    flags = ["--api-url", api.url, "--issuer", issuer.url, "--client-id", CLIENT_ID, "--port", "0"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "steward.cli", "login", *flags, "--no-browser", "--timeout", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert process.stderr is not None
+    url = ""
+    while not url:
+        line = process.stderr.readline()
+        assert line, "the CLI ended without printing the sign-in URL"
+        url = line.strip() if "/authorize?" in line else ""
+    browser()(url)  # the person opens the printed URL
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert out.startswith(f"signed in to {api.url} as user@example.com")
+    for token in issuer.issued:
+        assert token not in out
+        assert token not in err
+    assert login.credentials_file().exists()
