@@ -12,7 +12,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from steward.adapters.git import GitError, run_git
+from steward.adapters.git import GitError, remote_git, run_git
 from steward.adapters.github import GitHubApp, GitHubError, split_repo
 from steward.config import Settings
 from steward.domain.errors import BadRequest
@@ -71,8 +71,11 @@ def push_branch(twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: P
     identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
     identity |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
     run_git(["commit", "--quiet", "-m", "change"], cwd=clone, env=identity)
-    run_git(["push", "--quiet", url, f"HEAD:refs/heads/{branch}"], cwd=clone, token=token, token_url=url)
-    return run_git(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
+    head = run_git(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
+    remote_git(
+        ["push", "--quiet", url, f"{head}:refs/heads/{branch}"], borrow=clone, token=token, token_url=url
+    )
+    return head
 
 
 def assert_no_token(exc: BaseException, *tokens: str) -> None:
@@ -100,11 +103,11 @@ def test_token_is_parsed_and_scoped_to_the_one_repository(
 
     # It reaches its repository over git, and not the installation's other repository.
     url = app.git_url(REPO)
-    heads = run_git(["ls-remote", url], cwd=tmp_path, token=issued.token, token_url=url).stdout
+    heads = remote_git(["ls-remote", url], token=issued.token, token_url=url).stdout
     assert "refs/heads/main" in heads
     other = app.git_url("octo/other")
     with pytest.raises(GitError) as refused:
-        run_git(["ls-remote", other], cwd=tmp_path, token=issued.token, token_url=other)
+        remote_git(["ls-remote", other], token=issued.token, token_url=other)
     assert_no_token(refused.value, issued.token)
 
     # Each call is a fresh token (the runtime asks again at push time).
