@@ -188,6 +188,9 @@ class LocalLauncher:
         raise LaunchError(f"could not start the runtime of task {task.id}: {detail}", reason=reason)
 
 
+_GROUP_EXIT_SECONDS = 5.0
+
+
 def _terminate(runtimes: Sequence[_Runtime], grace: float) -> None:
     """SIGTERM every group, wait up to `grace` for the leaders, then SIGKILL what is left and
     wait until each is reaped."""
@@ -201,3 +204,23 @@ def _terminate(runtimes: Sequence[_Runtime], grace: float) -> None:
             runtime.signal_group(signal.SIGKILL)
     for runtime in runtimes:
         runtime.wait(None)
+    # SIGKILL reaches every member of a group at once, but the leader can be reaped before
+    # its children have died: a stop returns only once none of them runs any more.
+    deadline = time.monotonic() + _GROUP_EXIT_SECONDS
+    for runtime in runtimes:
+        while _group_runs(runtime.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (a zombie does not: it waits for init)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
