@@ -1,0 +1,75 @@
+"""What each Lambda function may do to each table: the DynamoDB actions its code calls.
+
+Read from the stores each builder in `steward.wiring` constructs (a transaction is
+authorized per item: Put -> PutItem, Update -> UpdateItem, ConditionCheck ->
+ConditionCheckItem, Delete -> DeleteItem). Queries of a table's indexes need the index
+ARNs too, granted with `Query`.
+"""
+
+from __future__ import annotations
+
+from steward.config import Function
+from steward.tables import DELIVERIES, EVENTS, INSTALLATIONS, PLANS, TASKS, TICKETS, USERS, TableSpec
+
+GET, QUERY, PUT, UPDATE, DELETE, CHECK = (
+    "dynamodb:GetItem",
+    "dynamodb:Query",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
+)
+
+TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
+    # Plans (put, update, transact with their tasks), tasks and their events, the user's
+    # counters and wake-ups, installations (link, list).
+    "api": {
+        PLANS: (GET, QUERY, PUT, UPDATE),
+        TASKS: (GET, QUERY, PUT, UPDATE, CHECK),
+        EVENTS: (QUERY, PUT),
+        USERS: (GET, UPDATE),
+        INSTALLATIONS: (GET, QUERY, UPDATE),
+    },
+    # The live users' index only.
+    "scheduler": {USERS: (QUERY,)},
+    # Lease and watermark, plans' items, spawn (task put + plan item + user charge), tickets
+    # for the launched runtimes, the resync's reads of installations.
+    "heartbeat": {
+        USERS: (GET, UPDATE),
+        PLANS: (GET, QUERY, UPDATE),
+        TASKS: (GET, QUERY, PUT, UPDATE, CHECK),
+        EVENTS: (PUT,),
+        TICKETS: (PUT,),
+        INSTALLATIONS: (GET,),
+    },
+    # Overdue tasks (live_deadline), expired reservations (reserved), the failure events
+    # and the owners' wake-ups.
+    "reaper": {
+        TASKS: (GET, QUERY, UPDATE),
+        EVENTS: (PUT,),
+        USERS: (UPDATE,),
+        PLANS: (UPDATE,),
+    },
+    # Reserve and settle on the task item; an over-report appends one event (a consistent
+    # read of the task, then a transaction: Update of the task, Put of the event).
+    "relay": {TASKS: (GET, UPDATE), EVENTS: (PUT,)},
+    # Deliveries (conditional put), the tasks and installations a delivery moves.
+    "webhook": {
+        DELIVERIES: (GET, PUT),
+        TASKS: (GET, QUERY, UPDATE),
+        EVENTS: (PUT,),
+        USERS: (UPDATE,),
+        PLANS: (UPDATE,),
+        INSTALLATIONS: (GET, QUERY, PUT, UPDATE),
+    },
+    # Ticket exchange (conditional delete), claim/heartbeat/events/finish on the task, the
+    # installation of a GitHub token request.
+    "runtime": {
+        TICKETS: (DELETE,),
+        TASKS: (GET, UPDATE),
+        EVENTS: (PUT,),
+        USERS: (UPDATE,),
+        PLANS: (UPDATE,),
+        INSTALLATIONS: (GET,),
+    },
+}
