@@ -100,3 +100,8 @@ class Runner(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix="runner", log_group=self.log_group),
         )
         self.execution_role = self.task_definition.obtain_execution_role()
+        # No task role at all (CDK always makes one): the container gets no AWS credentials.
+        cfn = self.task_definition.node.default_child
+        assert isinstance(cfn, ecs.CfnTaskDefinition)
+        cfn.add_property_deletion_override("TaskRoleArn")
+        self.task_definition.node.try_remove_child("TaskRole")

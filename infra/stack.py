@@ -242,7 +242,7 @@ class StewardStack(Stack):
                 conditions={"StringEquals": {"ecs:CreateAction": "RunTask"}},
             )
         )
-        pass_roles = [runner.execution_role.role_arn, runner.task_definition.task_role.role_arn]
+        pass_roles = [runner.execution_role.role_arn]  # the task definition has no task role
         heartbeat.add_to_policy(
             iam.PolicyStatement(
                 actions=["iam:PassRole"],

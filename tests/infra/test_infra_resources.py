@@ -163,10 +163,28 @@ def test_runner_task_definition_size_roles_egress_and_logs(resources: dict[str, 
     assert props["EphemeralStorage"] == {"SizeInGiB": EPHEMERAL_GIB}
     (container,) = props["ContainerDefinitions"]
     assert container["LogConfiguration"]["LogDriver"] == "awslogs"
-    # The task role (CDK always makes one) holds nothing: no policy names it, no inline one.
-    task_role = props["TaskRoleArn"]["Fn::GetAtt"][0]
-    assert statements_of_role(resources, task_role) == []
-    assert not resources[task_role]["Properties"].get("ManagedPolicyArns")
+    # No task role: the runtime holds no AWS credential (it works through /v1/runtime/*).
+    assert "TaskRoleArn" not in props
+    roles = of_type(resources, "AWS::IAM::Role")
+    ecs_roles = [
+        k
+        for k, r in roles.items()
+        if "ecs-tasks.amazonaws.com" in str(r["Properties"]["AssumeRolePolicyDocument"])
+    ]
+    assert ecs_roles == [props["ExecutionRoleArn"]["Fn::GetAtt"][0]]
+    execution = {
+        a
+        for s in statements_of_role(resources, ecs_roles[0])
+        for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    }
+    assert execution <= {
+        "ecr:BatchCheckLayerAvailability",
+        "ecr:GetDownloadUrlForLayer",
+        "ecr:BatchGetImage",
+        "ecr:GetAuthorizationToken",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+    }
     (group,) = of_type(resources, "AWS::EC2::SecurityGroup").values()
     assert group["Properties"]["SecurityGroupEgress"] == [
         {"CidrIp": "0.0.0.0/0", "Description": "HTTPS", "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443}

@@ -152,8 +152,7 @@ def test_only_heartbeat_and_reaper_touch_runner_tasks_of_its_definition(resource
             }
             assert {r for a, r in pairs if a == "ecs:RunTask"} == {f"<{task_def_id}>"}
             assert {r for a, r in pairs if a == "iam:PassRole"} == {
-                f"<{task_def['ExecutionRoleArn']['Fn::GetAtt'][0]}.Arn>",
-                f"<{task_def['TaskRoleArn']['Fn::GetAtt'][0]}.Arn>",
+                f"<{task_def['ExecutionRoleArn']['Fn::GetAtt'][0]}.Arn>"
             }
         elif function == "reaper":
             assert ecs == {"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks"}
