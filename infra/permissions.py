@@ -22,25 +22,25 @@ GET, QUERY, PUT, UPDATE, DELETE, CHECK = (
 
 TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
     # Plans (put, update, transact with their tasks), tasks and their events, the user's
-    # counters and wake-ups, installations (link, list).
+    # counters and wake-ups. No route reads installations (linking is the operator CLI's).
     "api": {
         PLANS: (GET, QUERY, PUT, UPDATE),
         TASKS: (GET, QUERY, PUT, UPDATE, CHECK),
         EVENTS: (QUERY, PUT),
         USERS: (GET, UPDATE),
-        INSTALLATIONS: (GET, QUERY, UPDATE),
     },
     # The live users' index only.
     "scheduler": {USERS: (QUERY,)},
     # Lease and watermark, plans' items, spawn (task put + plan item + user charge), tickets
-    # for the launched runtimes, the resync's reads of installations.
+    # for the launched runtimes, the resync's reads of installations (for_owner: the
+    # by_owner index; get_synced).
     "heartbeat": {
         USERS: (GET, UPDATE),
         PLANS: (GET, QUERY, UPDATE),
         TASKS: (GET, QUERY, PUT, UPDATE, CHECK),
         EVENTS: (PUT,),
         TICKETS: (PUT,),
-        INSTALLATIONS: (GET,),
+        INSTALLATIONS: (GET, QUERY),
     },
     # Overdue tasks (live_deadline), expired reservations (reserved), the failure events
     # and the owners' wake-ups.
@@ -53,23 +53,24 @@ TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
     # Reserve and settle on the task item; an over-report appends one event (a consistent
     # read of the task, then a transaction: Update of the task, Put of the event).
     "relay": {TASKS: (GET, UPDATE), EVENTS: (PUT,)},
-    # Deliveries (conditional put), the tasks and installations a delivery moves.
+    # Deliveries (seen: get; mark: a Put in the effect's transaction), the tasks a delivery
+    # moves, installations (get, get_synced, put_synced: an update).
     "webhook": {
         DELIVERIES: (GET, PUT),
         TASKS: (GET, QUERY, UPDATE),
         EVENTS: (PUT,),
         USERS: (UPDATE,),
         PLANS: (UPDATE,),
-        INSTALLATIONS: (GET, QUERY, PUT, UPDATE),
+        INSTALLATIONS: (GET, UPDATE),
     },
     # Ticket exchange (conditional delete), claim/heartbeat/events/finish on the task, the
-    # installation of a GitHub token request.
+    # owner's installations (for_owner: the by_owner index) for a mint or a GitHub token.
     "runtime": {
         TICKETS: (DELETE,),
         TASKS: (GET, UPDATE),
         EVENTS: (PUT,),
         USERS: (UPDATE,),
         PLANS: (UPDATE,),
-        INSTALLATIONS: (GET,),
+        INSTALLATIONS: (QUERY,),
     },
 }
