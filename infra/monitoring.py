@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import get_args
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
@@ -131,4 +131,6 @@ class Monitoring(Construct):
             )
         )
         widgets.append(cloudwatch.AlarmStatusWidget(alarms=self.alarms, title="alarms", width=24))
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", widgets=[[w] for w in widgets])
+        self.dashboard = cloudwatch.Dashboard(
+            self, "Dashboard", dashboard_name=Stack.of(self).stack_name, widgets=[[w] for w in widgets]
+        )
