@@ -516,7 +516,9 @@ def _describe(result: CommandResult) -> str:
     if result.timed_out:
         status = "timed out (the whole process group was killed)"
     elif result.write_limit_exceeded:
-        status = "stopped: it wrote more into the repository than the bound allows (nothing it wrote was kept)"
+        status = (
+            "stopped: it wrote more into the repository than the bound allows (nothing it wrote was kept)"
+        )
     elif result.output_truncated:
         status = "killed: its output exceeded the bound"
     else:
