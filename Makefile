@@ -35,7 +35,7 @@ COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hash
 BUILD_REQUIRES = $(PYTHON) -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
 	print("pip", *t["build-system"]["requires"], sep="\n")'
 
-.PHONY: demo test lint bench install lock clean sandbox-tools layer synth cfn-lint
+.PHONY: demo test lint bench install lock clean sandbox-tools layer layer-check synth
 
 # The stamps are named by the content they were installed from, not dated against it, so a
 # checkout that leaves the files as they were reinstalls nothing.
@@ -108,7 +108,11 @@ $(NODE_STAMP): $(STAMP)
 layer: $(STAMP)
 	@$(PY) tools/build_layers.py build/layers
 
-synth: layer $(NODE_STAMP)
+# Each function's handler and builders' modules imported on Python 3.12 with only its layers.
+layer-check: layer
+	@$(PY) tools/check_layers.py build/layers
+
+synth: layer-check $(NODE_STAMP)
 	@$(CDK_ENV) $(CDK) synth --quiet --no-notices --no-version-reporting
 	@$(VENV)/bin/cfn-lint $(CFN_LINT_ARGS) cdk.out/Steward.template.json && echo "cfn-lint: no errors, no warnings"
 

@@ -15,28 +15,9 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 from steward.config import FUNCTIONS, Function, settings_for
 
+from infra.layout import LAYERS, MEMORY, TIMEOUTS
+
 ROOT = Path(__file__).resolve().parent.parent
-# Which dependency layers each function loads (tools/build_layers.py builds them): the
-# signatures for who verifies or signs, the GitHub client only where it is imported.
-LAYERS: dict[Function, tuple[str, ...]] = {
-    "api": ("common",),
-    "scheduler": ("common",),
-    "heartbeat": ("common", "crypto", "github"),
-    "reaper": ("common",),
-    "relay": ("common", "crypto"),
-    "webhook": ("common",),
-    "runtime": ("common", "crypto", "github"),
-}
-TIMEOUTS: dict[Function, int] = {
-    "api": 29,
-    "scheduler": 60,
-    "heartbeat": 60,  # the heartbeat queue's visibility is 6x this (Loop)
-    "reaper": 120,
-    "relay": 300,  # a model call, streamed through the REST API's raised timeout
-    "webhook": 29,
-    "runtime": 29,
-}
-MEMORY: dict[Function, int] = {"relay": 1024, "heartbeat": 1024, "runtime": 1024}
 
 
 def environment_for(function: Function, values: Mapping[str, str]) -> dict[str, str]:

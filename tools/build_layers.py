@@ -88,7 +88,8 @@ def groups(blocks: dict[str, tuple[str, set[str]]]) -> dict[str, list[str]]:
 
 
 def size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    """Unzipped bytes, less bytecode (the assets exclude __pycache__)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
 
 
 def build(out: Path) -> dict[str, int]:
