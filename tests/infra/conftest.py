@@ -16,9 +16,35 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-os.environ.setdefault("JSII_RUNTIME_PACKAGE_CACHE_ROOT", str(ROOT / "build" / "jsii"))
-os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+# What jsii's Node process is started with: the venv's Node first, and every cache in build/
+# (aws-cdk-lib writes asset fingerprints under $HOME/.cdk). Only for that process: the rest
+# of the session keeps its environment.
+JSII_ENV = {
+    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    "JSII_RUNTIME_PACKAGE_CACHE_ROOT": str(ROOT / "build" / "jsii"),
+    "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
+    "HOME": str(ROOT / "build" / "home"),
+}
+
+
+def _start_jsii() -> None:
+    """Import aws_cdk (which starts jsii's Node process) under JSII_ENV, then restore."""
+    saved = {name: os.environ.get(name) for name in JSII_ENV}
+    os.environ.update(JSII_ENV)
+    try:
+        import aws_cdk  # noqa: PLC0415 - its import starts Node
+
+        aws_cdk.App()  # and makes sure the kernel is up before the environment is restored
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# Before the test modules import infra (and with it aws_cdk).
+_start_jsii()
 
 
 @pytest.fixture(scope="session")
