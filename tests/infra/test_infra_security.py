@@ -34,6 +34,13 @@ UNAUTHENTICATED = {
 }
 # AWS requires Resource "*" for these actions (no resource-level permissions).
 STAR_RESOURCE_ALLOWED = {"ecs:ListTasks", "ecr:GetAuthorizationToken"}
+MANAGED_POLICY_ALLOWED = {
+    "{'Fn::Join': ['', ['arn:', {'Ref': 'AWS::Partition'}, "
+    "':iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs']]}": "RelayRestApiCloudWatchRole",
+    "{'Fn::Sub': 'arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole'}": (
+        "CustomVpcRestrictDefaultSGCustomResourceProviderRole"
+    ),
+}
 
 
 def test_unauthenticated_entries_are_exactly_the_allowlist(resources: dict[str, Any]) -> None:
@@ -72,12 +79,23 @@ def test_unauthenticated_entries_are_exactly_the_allowlist(resources: dict[str, 
 def test_no_wildcard_actions_and_no_star_resource_except_where_aws_requires_it(
     resources: dict[str, Any],
 ) -> None:
-    for policy_id, policy in of_type(resources, "AWS::IAM::Policy").items():
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+    documents = [
+        (k, p["Properties"]["PolicyDocument"]) for k, p in of_type(resources, "AWS::IAM::Policy").items()
+    ]
+    for role_key, role in of_type(resources, "AWS::IAM::Role").items():
+        documents += [
+            (role_key, inline["PolicyDocument"]) for inline in role["Properties"].get("Policies", [])
+        ]
+        for managed in role["Properties"].get("ManagedPolicyArns", []):
+            # Only CDK's own: API Gateway's logging role, the default-SG custom resource's logs.
+            assert role_key.startswith(MANAGED_POLICY_ALLOWED[str(managed)]), (role_key, managed)
+    assert documents
+    for where, document in documents:
+        for statement in document["Statement"]:
             actions = as_list(statement["Action"])
-            assert all("*" not in a for a in actions), (policy_id, actions)
+            assert all("*" not in a for a in actions), (where, actions)
             if "*" in as_list(statement["Resource"]):
-                assert set(actions) <= STAR_RESOURCE_ALLOWED, (policy_id, actions)
+                assert set(actions) <= STAR_RESOURCE_ALLOWED, (where, actions)
                 if "ecs:ListTasks" in actions:
                     assert "ecs:cluster" in str(statement["Condition"])
 
