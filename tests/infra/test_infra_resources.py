@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from steward.queues import HEARTBEAT
 from steward.tables import ALL_TABLES, TableSpec
 
 from infra.functions import TIMEOUTS
 from infra.relay import EVENT_STREAM, RELAY_TIMEOUT_SECONDS
 from infra.runner import CPU, EPHEMERAL_GIB, MEMORY_MIB
-from tests.infra.helpers import function_id, of_type, render, statements_of_role
+from tests.infra.helpers import ROOT, function_id, of_type, render, statements_of_role
 
 PREFIX = "steward-"
 
@@ -192,3 +194,30 @@ def test_runner_task_definition_size_roles_egress_and_logs(resources: dict[str, 
     assert "SecurityGroupIngress" not in group["Properties"]
     for log_group in of_type(resources, "AWS::Logs::LogGroup").values():
         assert log_group["Properties"]["RetentionInDays"] > 0
+
+
+def test_context_oidc_issuer_replaces_the_user_pool_and_deletion_protection_can_be_off(
+    fake_layers: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from aws_cdk import App  # noqa: PLC0415 - jsii was started by the conftest
+    from aws_cdk.assertions import Template  # noqa: PLC0415
+
+    from infra.app import build  # noqa: PLC0415
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    context |= {
+        "oidcIssuer": "https://issuer.example.com",
+        "oidcAudience": "steward",
+        "deletionProtection": "false",
+    }
+    app = App(outdir=str(tmp_path_factory.mktemp("cdk.out-oidc")), context=context)
+    resources = Template.from_stack(build(app, fake_layers)).to_json()["Resources"]
+    assert not of_type(resources, "AWS::Cognito::UserPool")
+    (authorizer,) = of_type(resources, "AWS::ApiGatewayV2::Authorizer").values()
+    assert authorizer["Properties"]["JwtConfiguration"] == {
+        "Issuer": "https://issuer.example.com",
+        "Audience": ["steward"],
+    }
+    for table in of_type(resources, "AWS::DynamoDB::Table").values():
+        assert table["Properties"]["DeletionProtectionEnabled"] is False
+        assert table["DeletionPolicy"] == "Delete"
