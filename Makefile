@@ -93,7 +93,7 @@ bench: $(STAMP)
 # stay in build/ (ignored), not in the home directory. The CLI is the npm
 # aws-cdk pinned in package.json/package-lock.json, installed by `npm ci`.
 CDK_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JSII_RUNTIME_PACKAGE_CACHE_ROOT="$(CURDIR)/build/jsii" \
-	CDK_HOME="$(CURDIR)/build/cdk-home" HOME="$(CURDIR)/build/home" CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
+	CDK_HOME="$(CURDIR)/build/cdk-home" HOME="$(CURDIR)/build/home" CDK_DISABLE_VERSION_CHECK=1 CDK_DISABLE_CLI_TELEMETRY=true JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
 # W3005: CDK adds an explicit DependsOn from each function to its role's policy, which a
 # GetAtt of the role already implies for the role itself; harmless and not ours to change.
 CFN_LINT_ARGS = --ignore-checks=W3005
