@@ -21,11 +21,12 @@ GET, QUERY, PUT, UPDATE, DELETE, CHECK = (
 )
 
 TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
-    # Plans (put, update, transact with their tasks), tasks and their events, the user's
-    # counters and wake-ups. No route reads installations (linking is the operator CLI's).
+    # Plans (put, update, transact with the owner's wake-up), tasks (pages, cancel, retry's
+    # condition check) and their events, the user's loop settings and wake-ups. Spawning is
+    # the heartbeat's. No route reads installations (linking is the operator CLI's).
     "api": {
         PLANS: (GET, QUERY, PUT, UPDATE),
-        TASKS: (GET, QUERY, PUT, UPDATE, CHECK),
+        TASKS: (GET, QUERY, UPDATE, CHECK),
         EVENTS: (QUERY, PUT),
         USERS: (GET, UPDATE),
     },
@@ -57,7 +58,7 @@ TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
     # moves, installations (get, get_synced, put_synced: an update).
     "webhook": {
         DELIVERIES: (GET, PUT),
-        TASKS: (GET, QUERY, UPDATE),
+        TASKS: (GET, UPDATE),
         EVENTS: (PUT,),
         USERS: (UPDATE,),
         PLANS: (UPDATE,),
