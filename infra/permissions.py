@@ -38,7 +38,7 @@ TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
     "heartbeat": {
         USERS: (GET, UPDATE),
         PLANS: (GET, QUERY, UPDATE),
-        TASKS: (GET, QUERY, PUT, UPDATE, CHECK),
+        TASKS: (GET, QUERY, PUT, UPDATE),
         EVENTS: (PUT,),
         TICKETS: (PUT,),
         INSTALLATIONS: (GET, QUERY),
