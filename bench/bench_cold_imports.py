@@ -20,7 +20,7 @@ import sys
 HANDLERS = (
     "steward.relay_handler",
     "steward.webhook_handler",
-    "steward.mint_handler",
+    "steward.runtime_handler",
     "steward.api.handler",
     "steward.scheduler_handler",
     "steward.heartbeat_handler",

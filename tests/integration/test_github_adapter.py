@@ -12,7 +12,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from steward.adapters.git import GitError, run_git
+from steward.adapters.git import GitError, remote_git
 from steward.adapters.github import GitHubApp, GitHubError, split_repo
 from steward.config import Settings
 from steward.domain.errors import BadRequest
@@ -20,6 +20,7 @@ from steward.local.github_twin import GitHubTwin
 from steward.wiring import github_app
 
 from tests.conftest import REGION
+from tests.support.git_push import push_branch
 
 REPO = "octo/demo"
 TOKEN_SHAPE = re.compile(r"gh[pousr]_[A-Za-z0-9._-]{20,}")
@@ -60,21 +61,6 @@ def app(twin: GitHubTwin, sleeps: Sleeps) -> Iterator[GitHubApp]:
         yield app
 
 
-def push_branch(twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: Path, branch: str) -> str:
-    """Clone REPO over smart HTTP, commit one file, push it as `branch`; the commit."""
-    token = app.installation_token(installation, REPO).token
-    url = app.git_url(REPO)
-    clone = tmp_path / f"clone-{branch.replace('/', '-')}"
-    run_git(["clone", "--quiet", url, str(clone)], cwd=tmp_path, token=token, token_url=url)
-    (clone / "change.txt").write_text(f"{branch}\n")
-    run_git(["add", "-A"], cwd=clone)
-    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
-    identity |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-    run_git(["commit", "--quiet", "-m", "change"], cwd=clone, env=identity)
-    run_git(["push", "--quiet", url, f"HEAD:refs/heads/{branch}"], cwd=clone, token=token, token_url=url)
-    return run_git(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
-
-
 def assert_no_token(exc: BaseException, *tokens: str) -> None:
     texts = [str(exc), repr(exc), getattr(exc, "detail", ""), getattr(exc, "message", "")]
     for text in texts:
@@ -100,11 +86,11 @@ def test_token_is_parsed_and_scoped_to_the_one_repository(
 
     # It reaches its repository over git, and not the installation's other repository.
     url = app.git_url(REPO)
-    heads = run_git(["ls-remote", url], cwd=tmp_path, token=issued.token, token_url=url).stdout
+    heads = remote_git(["ls-remote", url], token=issued.token, token_url=url).stdout
     assert "refs/heads/main" in heads
     other = app.git_url("octo/other")
     with pytest.raises(GitError) as refused:
-        run_git(["ls-remote", other], cwd=tmp_path, token=issued.token, token_url=other)
+        remote_git(["ls-remote", other], token=issued.token, token_url=other)
     assert_no_token(refused.value, issued.token)
 
     # Each call is a fresh token (the runtime asks again at push time).
@@ -156,7 +142,7 @@ def test_observing_a_pull_request_is_conditional(
     none = app.observe_pull(installation, REPO, branch)
     assert (none.changed, none.pull) == (True, None)
     assert none.etag
-    push_branch(twin, app, installation, tmp_path, branch)
+    push_branch(app, installation, REPO, tmp_path, branch)
     opened = app.open_pull(installation, REPO, head=branch, base="main", title="Change", body="Body")
     seen = app.observe_pull(installation, REPO, branch, etag=none.etag)
     assert (seen.changed, seen.pull) == (True, opened)
@@ -174,7 +160,7 @@ def test_open_find_and_reuse_on_422(
 ) -> None:
     branch = "steward/aaaaaaaaaaaaaaaaaaaaaaaa"
     assert app.find_pull(installation, REPO, branch) is None
-    push_branch(twin, app, installation, tmp_path, branch)
+    push_branch(app, installation, REPO, tmp_path, branch)
 
     opened = app.open_pull(installation, REPO, head=branch, base="main", title="Change", body="Body")
     assert opened.state == "open"
@@ -211,7 +197,7 @@ def test_a_lost_create_response_still_yields_one_pull_request(
     twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: Path, sleeps: Sleeps
 ) -> None:
     branch = "steward/bbbbbbbbbbbbbbbbbbbbbbbb"
-    push_branch(twin, app, installation, tmp_path, branch)
+    push_branch(app, installation, REPO, tmp_path, branch)
     app.find_pull(installation, REPO, branch)  # the API token is cached before the fault is armed
     twin.faults.drop_response_after_pr_create = 1
     pull = app.open_pull(installation, REPO, head=branch, base="main", title="T", body="B")
@@ -224,7 +210,7 @@ def test_a_lost_create_response_with_no_retry_left_fails_and_a_replay_finds_it(
 ) -> None:
     branch = "steward/cccccccccccccccccccccccc"
     with GitHubApp(twin.app_id, twin.app_private_key_pem, base_url=twin.url, max_attempts=1) as app:
-        push_branch(twin, app, installation, tmp_path, branch)
+        push_branch(app, installation, REPO, tmp_path, branch)
         app.find_pull(installation, REPO, branch)
         twin.faults.drop_response_after_pr_create = 1
         with pytest.raises(GitHubError) as caught:
@@ -307,7 +293,7 @@ def test_rate_limits_and_errors_on_pull_calls(
     twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: Path, sleeps: Sleeps
 ) -> None:
     branch = "steward/dddddddddddddddddddddddd"
-    push_branch(twin, app, installation, tmp_path, branch)
+    push_branch(app, installation, REPO, tmp_path, branch)
     app.find_pull(installation, REPO, branch)
     twin.faults.set(secondary_rate_limit=1, server_errors=1)
     pull = app.open_pull(installation, REPO, head=branch, base="main", title="T", body="B")

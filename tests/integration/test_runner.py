@@ -27,6 +27,8 @@ from steward.local.launcher import LocalLauncher
 from steward.local.sample_repo import SAMPLE_REPO
 from steward.local.stack import LocalStack
 
+from tests.support.stack import local_stack
+
 CHECK = "python -m pytest -q"
 WAIT = 120.0
 VERIFY = {"tool": "run_verification", "input": {"command": CHECK}}
@@ -106,18 +108,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "STEWARD_RUNNER_MAX_INVALID_CALLS": "4",
         "STEWARD_CHECK_WALL_SECONDS": "60",
     }
-    saved = {k: os.environ.get(k) for k in overrides}
-    os.environ.update(overrides)
-    try:
-        with LocalStack(state_file=root / "local.json", tick_seconds=1, reaper_seconds=2) as stack:
-            RUNTIME_LOGS.append(stack.state_dir / "runs")
-            yield stack
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with local_stack(root, overrides) as stack:
+        RUNTIME_LOGS.append(stack.state_dir / "runs")
+        yield stack
 
 
 @pytest.fixture(autouse=True)

@@ -232,6 +232,18 @@ def test_clean_redacts_every_string_of_a_nested_structure_keys_included() -> Non
     assert GHS not in json.dumps(cleaned)
 
 
+def test_detect_finds_what_redact_would_replace_and_nothing_else() -> None:
+    redactor = Redactor(["s3cr3t-value"])
+    for text in (GHS, f"x {_b64('x-access-token:' + GHS)} y", "held s3cr3t-value", _b64("s3cr3t-value"), JWT):
+        assert redactor.detect(text), text
+        assert redactor.redact(text) != text
+    for text in ("", "print('hello')", f"commit {SHA}", "Bearer token", "s3cr3t"):
+        assert not redactor.detect(text), text
+        assert redactor.redact(text) == text
+    with pytest.raises(RedactionError):
+        redactor.detect(b"bytes")  # type: ignore[arg-type]
+
+
 def test_bounded_redacts_before_it_cuts_inside_a_token() -> None:
     redactor = Redactor()
     text = "x" * 40 + GHS + " " + "y" * 100

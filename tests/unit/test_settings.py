@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "layers" / "steward" / "python" / "steward"
 
 # Modules that may read the process environment: the composition root and its parser, the
-# CLI and its API client (a person's shell), the local stack and the runtime (each reads its
+# CLI, its API client and its login (a person's shell: XDG_CONFIG_HOME), the local stack and the runtime (each reads its
 # own), git's adapter (PATH for the git subprocess, nothing else), and the tracer (Powertools'
 # own LAMBDA_TASK_ROOT and POWERTOOLS_TRACE_DISABLED).
 MAY_READ_ENVIRONMENT = (
@@ -25,6 +25,7 @@ MAY_READ_ENVIRONMENT = (
     "observability.py",
     "cli.py",
     "adapters/api_client.py",
+    "adapters/login.py",
     "adapters/git.py",
 )
 MAY_READ_ENVIRONMENT_UNDER = ("local/", "runner/")

@@ -1,7 +1,8 @@
 """`steward`: the command line client of the API and of the local stack.
 
 Human-readable tables by default, `--json` for scripts. The endpoint and token come from
-STEWARD_API_URL / STEWARD_TOKEN, or from the local stack's state file.
+STEWARD_API_URL / STEWARD_TOKEN, else from the local stack's state file, else from the
+stored `steward login` (see `steward.adapters.api_client.resolve_endpoint`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from steward.adapters import login
 from steward.adapters.api_client import DEFAULT_STATE_FILE, ApiClient, ApiError, resolve_endpoint
 from steward.cli_render import render_loop, render_plan, render_plans, render_task, render_tasks
 from steward.domain.errors import StewardError
@@ -233,6 +235,78 @@ def cmd_admin_link(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_login(args: argparse.Namespace) -> int:
+    settings = login.LoginSettings.merge(
+        {
+            "api_url": args.api_url,
+            "issuer": args.issuer,
+            "client_id": args.client_id,
+            "scopes": args.scopes,
+            "port": args.port,
+            "bearer": args.bearer,
+        }
+    )
+    credentials = login.login(
+        settings,
+        open_browser=None if args.no_browser else login.default_browser,
+        say=lambda text: print(text, file=sys.stderr, flush=True),
+        timeout=args.timeout,
+    )
+    who = login.claims(credentials[f"{settings.bearer}_token"])
+    summary = {
+        "api_url": credentials["api_url"],
+        "sub": who.get("sub"),
+        "email": who.get("email"),
+        "expires_at": credentials["expires_at"],
+        "credentials_file": str(login.credentials_file()),
+    }
+    return _emit(
+        args,
+        summary,
+        lambda d: (
+            f"signed in to {d['api_url']} as {d['email'] or d['sub'] or 'unknown'}; "
+            f"tokens kept in {d['credentials_file']}"
+        ),
+    )
+
+
+def cmd_logout(args: argparse.Namespace) -> int:
+    removed = login.logout()
+    return _emit(
+        args,
+        {"removed": str(removed) if removed else None},
+        lambda d: f"signed out (removed {d['removed']})" if d["removed"] else "not signed in",
+    )
+
+
+def _add_login_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "login",
+        help="sign in to a deployed Steward (OIDC code + PKCE in the browser)",
+        description="Sign in with the issuer's hosted UI. Flags given are saved in "
+        f"{login.config_file()} and need not be given again.",
+    )
+    p.add_argument("--api-url", help="the deployment's API URL (https)")
+    p.add_argument("--issuer", help="OIDC issuer, e.g. https://cognito-idp.REGION.amazonaws.com/POOL_ID")
+    p.add_argument("--client-id", help="the app client id (a public client: no secret)")
+    p.add_argument("--scopes", help=f"space-separated scopes (default {login.DEFAULT_SCOPES!r})")
+    p.add_argument(
+        "--port",
+        type=int,
+        help=f"loopback port of the callback http://localhost:PORT/callback, which the app client "
+        f"must register (default {login.DEFAULT_PORT}; 0 picks a free one, for issuers that allow any port)",
+    )
+    p.add_argument(
+        "--token", dest="bearer", choices=login.TOKEN_KINDS, help="which token the API gets (default id)"
+    )
+    p.add_argument("--no-browser", action="store_true", help="print the sign-in URL, open no browser")
+    p.add_argument(
+        "--timeout", type=float, default=login.DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the sign-in"
+    )
+    p.set_defaults(func=cmd_login)
+    sub.add_parser("logout", help="remove the stored sign-in tokens").set_defaults(func=cmd_logout)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from steward.local.demo import run_demo  # noqa: PLC0415
 
@@ -350,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_commands(sub)
     _add_loop_commands(sub)
     _add_local_and_admin_commands(sub)
+    _add_login_commands(sub)
     return parser
 
 
@@ -361,6 +436,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" (field: {exc.field})" if exc.field else ""
         status = f"{exc.status} " if exc.status else ""
         print(f"error: {status}{exc.code}: {exc.message}{where}", file=sys.stderr)
+        return 1
+    except login.LoginError as exc:
+        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
     except StewardError as exc:  # from commands that act on storage directly (admin)
         print(f"error: {exc.code}: {exc.message}", file=sys.stderr)

@@ -32,6 +32,15 @@ from steward.api.http import check_body_size, install_error_handlers, json_respo
 from steward.api.requests import parse_body
 from steward.domain.capability import Capability, bearer_token
 from steward.domain.models import utcnow
+from steward.domain.routes import (
+    ARTIFACTS_PATH,
+    CLAIM_PATH,
+    EVENTS_PATH,
+    EXCHANGE_PATH,
+    FINISH_PATH,
+    GITHUB_TOKEN_PATH,
+    HEARTBEAT_PATH,
+)
 from steward.observability import logger_for, tracer_for
 from steward.services.runtime import ArtifactCall, Ending, EventCall, RuntimeCall
 
@@ -40,13 +49,6 @@ tracer = tracer_for("runtime")
 app = APIGatewayHttpResolver()
 install_error_handlers(app, logger)
 
-EXCHANGE_PATH = "/v1/runtime/exchange"
-GITHUB_TOKEN_PATH = "/v1/runtime/github-token"  # noqa: S105 - a route, not a secret
-CLAIM_PATH = "/v1/runtime/claim"
-HEARTBEAT_PATH = "/v1/runtime/heartbeat"
-EVENTS_PATH = "/v1/runtime/events"
-FINISH_PATH = "/v1/runtime/finish"
-ARTIFACTS_PATH = "/v1/runtime/artifacts"
 MAX_BODY_BYTES = 4096  # a ticket, a runtime id, a size: anything far bigger is not a call
 MAX_EVENT_BODY_BYTES = 8192  # an event's data is bounded at 4 KiB as stored
 MAX_FINISH_BODY_BYTES = 16384  # a reason, a summary and a pull request URL

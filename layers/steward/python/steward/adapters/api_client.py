@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from steward.adapters import login
+
 DEFAULT_STATE_FILE = Path(".steward/local.json")
 
 
@@ -31,27 +33,46 @@ class Endpoint:
 
 
 def resolve_endpoint(user: str | None, state_file: Path | None = None) -> Endpoint:
-    """STEWARD_API_URL and STEWARD_TOKEN win; otherwise the local stack's state file, with
-    the token of `user` (default alice)."""
+    """Where the CLI sends requests, and as whom; the first that applies wins:
+
+    1. STEWARD_API_URL and STEWARD_TOKEN (unless `--user` names a local dev identity);
+    2. the local stack's state file with the token of `user` (default alice): the one given
+       (`--state-file`, STEWARD_STATE_FILE), or `.steward/local.json` when it exists;
+    3. the stored `steward login` (`steward.adapters.login`), its token renewed when expired.
+
+    STEWARD_API_URL alone, or STEWARD_TOKEN alone, overrides that part of 2 or 3.
+    """
     url = os.environ.get("STEWARD_API_URL")
     token = os.environ.get("STEWARD_TOKEN")
     if url and token and user is None:
         return Endpoint(url.rstrip("/"), token)
-    path = state_file or Path(os.environ.get("STEWARD_STATE_FILE", DEFAULT_STATE_FILE))
+    explicit = state_file or os.environ.get("STEWARD_STATE_FILE")
+    path = Path(explicit or DEFAULT_STATE_FILE)
     try:
         state = json.loads(path.read_text())
     except FileNotFoundError:
+        if not explicit and user is None:
+            stored = _stored_login()
+            if stored is not None:
+                return Endpoint((url or stored[0]).rstrip("/"), token or stored[1])
         raise ApiError(
             0,
             "no_endpoint",
-            f"no API configured: set STEWARD_API_URL and STEWARD_TOKEN, or start the local stack "
-            f"(`steward local up`, which writes {path})",
+            f"no API configured: sign in to a deployment (`steward login`), set STEWARD_API_URL and "
+            f"STEWARD_TOKEN, or start the local stack (`steward local up`, which writes {path})",
         ) from None
     name = user or os.environ.get("STEWARD_USER", "alice")
     users = state.get("users", {})
     if name not in users:
         raise ApiError(0, "no_user", f"{path} has no token for user {name!r} (known: {', '.join(users)})")
     return Endpoint((url or state["api_url"]).rstrip("/"), token if user is None and token else users[name])
+
+
+def _stored_login() -> tuple[str, str] | None:
+    try:
+        return login.stored_token()
+    except login.LoginError as exc:
+        raise ApiError(0, exc.code, exc.message) from None
 
 
 class ApiClient:

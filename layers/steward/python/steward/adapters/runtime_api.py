@@ -29,15 +29,17 @@ import httpx
 
 from steward.adapters.github import InstallationToken
 from steward.domain.models import Task, TaskStatus
+from steward.domain.routes import (
+    ARTIFACTS_PATH,
+    CLAIM_PATH,
+    CONVERSE_PATH,
+    EVENTS_PATH,
+    EXCHANGE_PATH,
+    FINISH_PATH,
+    GITHUB_TOKEN_PATH,
+    HEARTBEAT_PATH,
+)
 
-EXCHANGE_PATH = "/v1/runtime/exchange"
-GITHUB_TOKEN_PATH = "/v1/runtime/github-token"  # noqa: S105 - a route, not a secret
-CLAIM_PATH = "/v1/runtime/claim"
-HEARTBEAT_PATH = "/v1/runtime/heartbeat"
-EVENTS_PATH = "/v1/runtime/events"
-FINISH_PATH = "/v1/runtime/finish"
-ARTIFACTS_PATH = "/v1/runtime/artifacts"
-CONVERSE_PATH = "/v1/relay/converse"
 _MESSAGE_LIMIT = 300
 UPLOAD_TIMEOUT = 120.0
 

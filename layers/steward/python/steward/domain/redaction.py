@@ -542,6 +542,20 @@ class Redactor:
 
         return _guarded(run)
 
+    def detect(self, text: str) -> bool:
+        """Whether `text` holds anything `redact` would replace: a held secret (in any of its
+        forms) or a credential pattern. Raises RedactionError on any internal failure, so a
+        caller that refuses on True refuses on failure too."""
+        known = self._known
+
+        def run() -> bool:
+            if not isinstance(text, str):
+                raise TypeError("only text can be scanned")
+            covered, _ = _scan(text, known)
+            return bool(covered)
+
+        return _guarded(run)
+
     def clean(self, value: Any) -> Any:
         """A JSON-like structure with every string, keys included, redacted at any depth;
         other scalars unchanged."""

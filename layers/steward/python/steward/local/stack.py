@@ -24,6 +24,7 @@ from steward.adapters.task_store import TaskStore
 from steward.config import Settings
 from steward.domain.installations import Installation
 from steward.domain.models import utcnow
+from steward.domain.routes import RUNTIME_PREFIX
 from steward.local.dev_auth import DevIssuer
 from steward.local.event_sources import Schedule, SqsSource
 from steward.local.github_twin import GitHubTwin
@@ -38,7 +39,7 @@ DEV_USERS = ("alice", "bob")
 LOCAL_REGION = "us-east-1"
 DEFAULT_TICK_SECONDS = 2.0
 DEFAULT_REAPER_SECONDS = 5.0
-RUNTIME_PREFIX = "/v1/runtime/"
+
 SEED_INSTALLATION = 1
 
 

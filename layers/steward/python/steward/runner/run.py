@@ -31,7 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from steward.adapters.git import GitError, run_git
+from steward.adapters.git import GitError, run_git, snapshot_work
 from steward.adapters.github import GitHubError, InstallationClient, InstallationToken
 from steward.adapters.runtime_api import BudgetExhausted, IssuedToken, RuntimeApi, RuntimeApiError
 from steward.domain.artifacts import SCREEN_NAME
@@ -293,6 +293,7 @@ class Run:
                 cost_usd=self._cost(),
                 token_provider=lambda: self._token().token.token,
                 on_stage=lambda name, entry: self.emit("publish", {"stage": name, "status": entry["status"]}),
+                redactor=self.redactor,
             )
         return result.pr_url, result.pr_number
 
@@ -348,14 +349,12 @@ class Run:
         self._artifact(SCREEN_NAME, self.screen.tail(), "text/plain; charset=utf-8")
         if preserve and (clone / ".git").is_dir():
             try:
-                run_git(["add", "-A"], cwd=clone)
-                diff = run_git(["diff", "--cached", "--binary"], cwd=clone).stdout
-                status = run_git(["status", "--porcelain=v1", "--untracked-files=all"], cwd=clone).stdout
+                work = snapshot_work(clone)  # the tree is untrusted: nothing in it runs
             except GitError as exc:
                 self.records.bootstrap.setdefault("artifact_errors", []).append(str(exc)[:_REASON_CHARS])
                 return
-            self._artifact("diff.patch", diff, "text/plain; charset=utf-8")
-            self._artifact("git-status.txt", status, "text/plain; charset=utf-8")
+            self._artifact("diff.patch", work.diff, "text/plain; charset=utf-8")
+            self._artifact("git-status.txt", work.status, "text/plain; charset=utf-8")
 
     def _artifact(self, name: str, text: str, content_type: str) -> None:
         try:

@@ -1,12 +1,31 @@
 """Governed publication: the runner's last step, never the model's (DESIGN sections 3, 6).
 
 Stages, in order, each recorded in `publish.json` (stage -> {status, at, detail}) as soon as
-it ends: `stage` (git add -A), `record` (staged files, `diff.patch`, `git-status.txt`),
-`commit` (as the Steward bot, with a `Steward-Task: <task id>` trailer), `resolve` (the
-SHA), `recheck_push` (the task is not cancelled), `push`, `recheck_pull_request`,
-`pull_request`. A status is `ok`, `skipped` (already done by an earlier attempt), `refused`
-(a rule stopped publication: `PublishError`) or `failed` (an error; the exception is raised
-after it is recorded).
+it ends: `stage` (git add -A, nested repositories left out), `record` (staged files,
+`diff.patch`, `git-status.txt`), `scan` (what would be pushed, before anything is
+committed), `commit` (as the Steward bot, with a `Steward-Task: <task id>` trailer),
+`resolve` (the SHA), `recheck_push` (the task is not cancelled), `push`,
+`recheck_pull_request`, `pull_request`. A status is `ok`, `skipped` (already done by an
+earlier attempt), `refused` (a rule stopped publication: `PublishError`) or `failed` (an
+error; the exception is raised after it is recorded).
+
+The tree is untrusted (the model wrote it, the checks ran in it; `steward.adapters.git`):
+
+* a nested repository (any `.git` below the top), a gitlink the change would add or move,
+  or a changed path inside a directory shaped like a git directory (a nested bare
+  repository) refuses publication (`nested_repository`): it is never staged, entered or
+  pushed. Refusing rather than dropping it: a tree something planted a repository in is not
+  one to publish a part of.
+* `scan` reads every blob the change adds (the whole of a new file, the lines a modified
+  one gains) and every changed path name, raw from the object store (no filter, no
+  textconv, whatever `.gitattributes` says), and looks for every secret the process holds
+  and every credential pattern of `steward.domain.redaction`. A hit refuses publication
+  (`credential`) naming the files, redacted, never the secret: nothing is committed or
+  pushed, and `diff.patch` (redacted) keeps the work. A change too large to scan is refused
+  too (`too_large`): the scan fails closed.
+* the commands that carry the token (`ls-remote`, `fetch`, `push`) run in a throwaway
+  repository of Steward's (`steward.adapters.git.remote_repository`), never reading the
+  clone's config.
 
 Every stage is safe to repeat, so a publication that died anywhere can simply run again,
 in the same clone or in a fresh clone of the pushed branch, and never makes a second pull
@@ -22,9 +41,11 @@ request:
   opened (and GitHub's 422 "already exists" is answered with the existing one).
 
 Artifacts are written under `clone.parent / "artifacts"` and, when an artifact sink is given,
-uploaded (in the runtime: presigned PUTs through the runtime routes). Everything written is
-redacted (`steward.domain.redaction.redact`) of the token in use and of anything shaped like
-a GitHub credential.
+uploaded (in the runtime: presigned PUTs through the runtime routes). Everything written, the
+commit message and the pull request's title and body are redacted (`steward.domain.redaction`)
+of the tokens in use, of every secret the caller's redactor holds, and of anything shaped like
+a credential; a text is redacted before it is cut to length, so a cut never leaves part of a
+token.
 
 The re-checks ask `status_of` for the task's status now; in the runtime that is the control
 plane's answer to a heartbeat (`POST /v1/runtime/heartbeat`), so publication needs no table
@@ -45,18 +66,35 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from steward.adapters.git import GitError, run_git
+from steward.adapters.git import (
+    DIFF_FLAGS,
+    STATUS_FLAGS,
+    Change,
+    GitError,
+    GitResult,
+    RemoteRepository,
+    UntrustedGitDir,
+    blob_sizes,
+    is_git_directory,
+    pinned,
+    read_blobs,
+    remote_repository,
+    run_git,
+    staged_changes,
+    untrusted_tree,
+)
 from steward.adapters.github import PullRef, RepositoryClient
 from steward.domain.errors import StewardError
 from steward.domain.ids import branch_name
 from steward.domain.models import Task, TaskStatus, iso, utcnow
-from steward.domain.redaction import redact
+from steward.domain.redaction import Redactor
 
 _LOG = logging.getLogger(__name__)
 
 STAGES = (
     "stage",
     "record",
+    "scan",
     "commit",
     "resolve",
     "recheck_push",
@@ -71,6 +109,11 @@ MAX_LISTED_FILES = 500
 MAX_TITLE_CHARS = 256
 MAX_BODY_CHARS = 60_000  # GitHub refuses bodies over 65,536 characters
 MAX_COMMAND_CHARS = 200
+MAX_SCAN_BYTES = 64 * 1024 * 1024  # what the credential scan reads at most; more is refused
+MAX_NAMED_FILES = 5  # files a refusal names
+MAX_OWN_COMMITS = 50  # commits of this task HEAD may sit on
+BLOB_MODES = frozenset({"100644", "100755", "120000"})
+GITLINK_MODE = "160000"
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 StageHook = Callable[[str, Mapping[str, Any]], None]
@@ -87,8 +130,9 @@ class ArtifactSink(Protocol):
 
 class PublishError(StewardError):
     """Publication stopped by a rule, not by a fault. `reason`: "no_changes",
-    "cancelled", "foreign_commits" or "branch" (not the task's canonical branch); `stage`
-    is where it stopped."""
+    "cancelled", "foreign_commits", "branch" (not the task's canonical branch),
+    "nested_repository", "credential", "too_large" or "git_dir" (the clone's `.git` was
+    replaced); `stage` is where it stopped."""
 
     status = 409
     code = "publish_refused"
@@ -109,14 +153,17 @@ class PublishResult:
 
 @dataclass
 class _Run:
-    """One publication attempt: its stage records, the secrets to redact, the cached token."""
+    """One publication attempt: its stage records, the redactor (the caller's secrets and
+    every token this attempt got), the cached token, what `stage` left out."""
 
     task: Task
     clone: Path
     out: Path
     token_provider: Callable[[], str]
+    redactor: Redactor
     secrets: list[str] = field(default_factory=list)
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nested: tuple[str, ...] = ()
     _token: str | None = None
 
     def token(self) -> str:
@@ -126,13 +173,14 @@ class _Run:
             if not token:
                 raise StewardError("the token provider returned no token")
             self.secrets.append(token)
+            self.redactor.add(token)
             self._token = token
         return self._token
 
     def clean(self, value: Any) -> Any:
         """`value` with every string redacted, recursively."""
         if isinstance(value, str):
-            return redact(value, self.secrets)
+            return self.redactor.redact(value)
         if isinstance(value, Mapping):
             return {str(k): self.clean(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
@@ -141,7 +189,7 @@ class _Run:
 
     def write(self, name: str, text: str) -> bytes:
         """Write artifact `name` (redacted) atomically; its bytes."""
-        data = redact(text, self.secrets).encode("utf-8")
+        data = self.redactor.redact(text).encode("utf-8")
         self.out.mkdir(parents=True, exist_ok=True)
         temporary = self.out / f".{name}.tmp"
         temporary.write_bytes(data)
@@ -183,14 +231,23 @@ class Publisher:
         cost_usd: Decimal,
         token_provider: Callable[[], str],
         on_stage: StageHook | None = None,
+        redactor: Redactor | None = None,
     ) -> PublishResult:
         """Run every stage (see the module docstring); the pull request's URL and number and
         the pushed SHA. `checks` items: {"command", "exit_status" (or "exit_code"),
         "duration_s" (or "duration_ms")}. `on_stage(name, record)` is called after each stage
         is recorded (for progress events); an exception from it stops publication there.
-        Raises PublishError for a refusal, GitError / GitHubError for faults; either way
-        publish.json says which stage and why."""
-        run = _Run(task, Path(clone), Path(clone).parent / ARTIFACTS_DIR, token_provider)
+        `redactor`: the caller's (it holds every secret the process holds): what is written
+        or sent is redacted with it and the scan looks for its secrets; the tokens this
+        publication gets are added to it. Raises PublishError for a refusal, GitError /
+        GitHubError for faults; either way publish.json says which stage and why."""
+        run = _Run(
+            task,
+            Path(clone),
+            Path(clone).parent / ARTIFACTS_DIR,
+            token_provider,
+            redactor if redactor is not None else Redactor(),
+        )
         succeeded = False
         try:
             result = self._publish(
@@ -232,6 +289,7 @@ class Publisher:
 
         stage("stage", lambda: self._stage(run))
         stage("record", lambda: self._record_changes(run))
+        stage("scan", lambda: self._scan(run))
         stage("commit", lambda: self._commit(run))
         sha = str(stage("resolve", lambda: self._resolve(run))["sha"])
         stage("recheck_push", lambda: self._recheck(run, "recheck_push"))
@@ -269,35 +327,44 @@ class Publisher:
 
     # ---- stages
 
-    def _git(self, run: _Run, *args: str, token: bool = False, check: bool = True, **kwargs: Any) -> str:
-        url = self.github.git_url(run.task.repo) if token else None
-        result = run_git(
-            args,
-            cwd=run.clone,
-            token=run.token() if token else None,
-            token_url=url,
-            check=check,
-            secrets=run.secrets,
-            **kwargs,
-        )
-        return result.stdout
+    def _git(self, run: _Run, *args: str, check: bool = True, **kwargs: Any) -> str:
+        return self._local(run, *args, check=check, **kwargs).stdout
+
+    def _local(self, run: _Run, *args: str, check: bool = True, **kwargs: Any) -> GitResult:
+        """A local command in the clone, pinned to its git directory and work tree (never one
+        that carries the token: `_remote`)."""
+        return run_git([*pinned(run.clone), *args], cwd=run.clone, check=check, secrets=run.secrets, **kwargs)
+
+    def _remote(self, run: _Run, repository: RemoteRepository, *args: str) -> str:
+        """A token-carrying command, in Steward's own repository, the token scoped to the URL."""
+        url = self.github.git_url(run.task.repo)
+        return repository.git(args, token=run.token(), token_url=url, secrets=run.secrets).stdout
 
     def _stage(self, run: _Run) -> tuple[str, dict[str, Any]]:
-        self._git(run, "add", "-A")
-        return "ok", {}
+        try:
+            tree = untrusted_tree(run.clone)
+        except UntrustedGitDir as exc:
+            raise PublishError(
+                f"{exc.message}; nothing is published from it", stage="stage", reason="git_dir"
+            ) from None
+        run.nested = tree.nested
+        self._git(run, "add", "-A", *tree.pathspec())
+        return "ok", ({"not_staged": list(tree.nested)} if tree.nested else {})
 
     def _record_changes(self, run: _Run) -> tuple[str, dict[str, Any]]:
-        files = _name_status(self._git(run, "diff", "--cached", "--name-status", "-z", "--no-renames"))
+        files = _name_status(
+            self._git(run, "diff", "--cached", "--name-status", "-z", "--no-renames", *DIFF_FLAGS)
+        )
         source = "index"
         if files:
-            diff = self._git(run, "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color")
+            diff = self._git(run, "diff", "--cached", "--no-color", *DIFF_FLAGS)
         elif self._head_is_ours(run):
             # A repeated publication: the changes are already in this task's commit.
             source = "commit"
             files = _name_status(
                 self._git(run, "show", "--format=", "--name-status", "-z", "--no-renames", "HEAD")
             )
-            show = ("show", "--format=", "--no-ext-diff", "--no-textconv", "--no-color", "HEAD")
+            show = ("show", "--format=", "--no-color", *DIFF_FLAGS, "HEAD")
             diff = self._git(run, *show)
         else:
             diff = ""
@@ -305,7 +372,7 @@ class Publisher:
         if truncated:
             diff = diff.encode()[:MAX_DIFF_BYTES].decode("utf-8", errors="ignore")
             diff += "\n[diff truncated by Steward]\n"
-        status = self._git(run, "status", "--porcelain=v1", "--untracked-files=all")
+        status = self._git(run, "status", "--porcelain=v1", "--untracked-files=all", *STATUS_FLAGS)
         written = run.write("diff.patch", diff)
         run.write("git-status.txt", status)
         detail = {
@@ -317,10 +384,67 @@ class Publisher:
         }
         return "ok", detail
 
+    def _scan(self, run: _Run) -> tuple[str, dict[str, Any]]:
+        """Refuse what must never be pushed (see the module docstring): nested repositories,
+        gitlinks, nested bare repositories, credentials; one refusal names every problem,
+        its reason the first. Reads the change between the task's base and the index, so a
+        replay whose change is already committed is scanned too."""
+        base = self._base(run)
+        changes = staged_changes(run.clone, base)
+        kept = [c for c in changes if c.status != "D"]
+        problems: list[tuple[str, str]] = []
+        nested = [*run.nested, *(c.path for c in kept if c.new_mode == GITLINK_MODE)]
+        nested += _in_git_directories(run.clone, [c.path for c in kept])
+        if nested:
+            where = self._names(run, nested)
+            problems.append(
+                ("nested_repository", f"a nested git repository at {where} (never staged or published)")
+            )
+        blobs = [c for c in kept if c.new_mode in BLOB_MODES]
+        wanted = {c.new for c in blobs} | {c.old for c in blobs if c.status == "M"}
+        size = sum(blob_sizes(run.clone, wanted).values())
+        if size > MAX_SCAN_BYTES:
+            problems.append(
+                ("too_large", f"more than the {MAX_SCAN_BYTES} bytes a credential scan reads ({size})")
+            )
+        elif hits := _credential_files(run.redactor, kept, read_blobs(run.clone, wanted)):
+            problems.append(("credential", f"a credential in {self._names(run, hits)}"))
+        if problems:
+            raise PublishError(
+                "the change holds "
+                + "; ".join(text for _, text in problems)
+                + "; nothing was pushed, the work is in diff.patch (redacted)",
+                stage="scan",
+                reason=problems[0][0],
+            )
+        return "ok", {"base": base, "files": len(kept), "bytes": size}
+
+    def _names(self, run: _Run, paths: Sequence[str]) -> str:
+        """Up to MAX_NAMED_FILES paths, each redacted (a file's name may be the secret)."""
+        unique = sorted(set(paths))
+        shown = ", ".join(run.redactor.redact(path) for path in unique[:MAX_NAMED_FILES])
+        more = len(unique) - MAX_NAMED_FILES
+        return shown + (f" and {more} more" if more > 0 else "")
+
+    def _base(self, run: _Run) -> str:
+        """What the task's change starts from: HEAD below any commits of this task (a
+        replay's own, or an earlier attempt's in a clone of the pushed branch); the empty tree
+        in an empty repository."""
+        commit = self._commit_of(run, "HEAD")
+        for _ in range(MAX_OWN_COMMITS):
+            if commit is None:
+                return self._git(run, "hash-object", "-t", "tree", "--stdin", input_text="").strip()
+            if not self._is_ours(run, commit):
+                return commit
+            commit = self._commit_of(run, f"{commit}^1")
+        raise GitError(f"HEAD sits on more than {MAX_OWN_COMMITS} commits of this task")
+
+    def _commit_of(self, run: _Run, revision: str) -> str | None:
+        found = self._local(run, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}", check=False)
+        return found.stdout.strip() if found.returncode == 0 else None
+
     def _commit(self, run: _Run) -> tuple[str, dict[str, Any]]:
-        staged = run_git(
-            ("diff", "--cached", "--quiet", "--no-ext-diff"), cwd=run.clone, check=False
-        ).returncode
+        staged = self._local(run, "diff", "--cached", "--quiet", *DIFF_FLAGS, check=False).returncode
         if staged == 0:
             if self._head_is_ours(run):
                 return "skipped", {"reason": "already committed", "sha": self._head(run)}
@@ -338,7 +462,7 @@ class Publisher:
             "--no-verify",
             "--no-gpg-sign",
             "--file=-",
-            input_text=self._message(run.task),
+            input_text=self._message(run),
             env=self._identity(),
         )
         return "ok", {"sha": self._head(run), "author": f"{self.bot_name} <{self.bot_email}>"}
@@ -366,15 +490,22 @@ class Publisher:
                 reason="branch",
             )
         url = self.github.git_url(run.task.repo)
-        remote = self._remote_head(run, url, branch)
+        with remote_repository(run.clone, haves=(sha,)) as outbound:
+            return self._push_from(run, outbound, url, branch, sha)
+
+    def _push_from(
+        self, run: _Run, outbound: RemoteRepository, url: str, branch: str, sha: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The push stage in `outbound` (Steward's repository, borrowing the clone's objects)."""
+        remote = self._remote_head(run, outbound, url, branch)
         detail: dict[str, Any] = {"branch": branch, "remote_before": remote}
         if remote == sha:
             return "skipped", {**detail, "sha": sha, "reason": "already pushed"}
         if remote is not None:
-            self._git(run, "fetch", "--no-tags", "--quiet", url, f"refs/heads/{branch}", token=True)
-            fetched = self._git(run, "rev-parse", "--verify", "FETCH_HEAD^{commit}").strip()
-            if fetched != remote:
+            self._remote(run, outbound, "fetch", "--no-tags", "--quiet", url, f"refs/heads/{branch}")
+            if outbound.fetched() != remote:
                 raise GitError(f"the remote branch {branch} moved while it was read; publish again")
+            outbound.adopt_into(run.clone)  # the clone holds the remote's commits from now on
             theirs = self._git(run, "rev-list", remote, f"^{sha}").split()
             if theirs:
                 foreign = [c for c in theirs if not self._is_ours(run, c)]
@@ -389,7 +520,7 @@ class Publisher:
                 detail["rebuilt_on"] = remote
                 if sha == remote:
                     return "skipped", {**detail, "sha": sha, "reason": "already pushed"}
-        self._git(run, "push", "--no-verify", "--quiet", url, f"{sha}:refs/heads/{branch}", token=True)
+        self._remote(run, outbound, "push", "--no-verify", "--quiet", url, f"{sha}:refs/heads/{branch}")
         detail["action"] = "created" if remote is None else "fast-forward"
         return "ok", {**detail, "sha": sha}
 
@@ -411,8 +542,8 @@ class Publisher:
             task.repo,
             head=task.branch,
             base=base,
-            title=_title(task.title),
-            body=redact(pull_request_body(task, summary, checks, cost_usd), run.secrets),
+            title=_title(run.redactor, task.title),
+            body=run.redactor.redact(pull_request_body(task, run.redactor.redact(summary), checks, cost_usd)),
         )
         return "ok", {**_pull_detail(pull), "action": "opened", "base": base}
 
@@ -427,14 +558,15 @@ class Publisher:
         }
 
     @staticmethod
-    def _message(task: Task) -> str:
-        return f"{_title(task.title)}\n\n{TASK_TRAILER}: {task.id}\n"
+    def _message(run: _Run) -> str:
+        """The commit message: the redacted title and the task trailer."""
+        return f"{_title(run.redactor, run.task.title)}\n\n{TASK_TRAILER}: {run.task.id}\n"
 
     def _head(self, run: _Run) -> str:
         return self._git(run, "rev-parse", "--verify", "HEAD^{commit}").strip()
 
     def _head_is_ours(self, run: _Run) -> bool:
-        head = run_git(("rev-parse", "--verify", "--quiet", "HEAD^{commit}"), cwd=run.clone, check=False)
+        head = self._local(run, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
         return head.returncode == 0 and self._is_ours(run, head.stdout.strip())
 
     def _is_ours(self, run: _Run, commit: str) -> bool:
@@ -462,14 +594,14 @@ class Publisher:
                 tree,
                 "-p",
                 remote,
-                input_text=self._message(run.task),
+                input_text=self._message(run),
                 env=self._identity(),
             ).strip()
         self._git(run, "reset", "--soft", rebuilt)
         return rebuilt
 
-    def _remote_head(self, run: _Run, url: str, branch: str) -> str | None:
-        out = self._git(run, "ls-remote", "--heads", url, f"refs/heads/{branch}", token=True)
+    def _remote_head(self, run: _Run, outbound: RemoteRepository, url: str, branch: str) -> str | None:
+        out = self._remote(run, outbound, "ls-remote", "--heads", url, f"refs/heads/{branch}")
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
             if ref == f"refs/heads/{branch}" and _SHA.match(sha):
@@ -478,7 +610,8 @@ class Publisher:
 
     def _default_branch(self, run: _Run) -> str:
         url = self.github.git_url(run.task.repo)
-        out = self._git(run, "ls-remote", "--symref", url, "HEAD", token=True)
+        with remote_repository() as outbound:
+            out = self._remote(run, outbound, "ls-remote", "--symref", url, "HEAD")
         for line in out.splitlines():
             if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD"):
                 return line[len("ref: refs/heads/") : -len("\tHEAD")]
@@ -506,9 +639,50 @@ def _pull_detail(pull: PullRef) -> dict[str, Any]:
     return {"number": pull.number, "url": pull.url, "state": pull.state, "merged": pull.merged}
 
 
-def _title(text: str) -> str:
-    line = " ".join(text.split())
+def _title(redactor: Redactor, text: str) -> str:
+    """One line, redacted, then cut to MAX_TITLE_CHARS (a cut cannot expose part of a token)."""
+    line = redactor.redact(" ".join(text.split()))
     return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1] + "…"
+
+
+def _in_git_directories(clone: Path, paths: Sequence[str]) -> list[str]:
+    """The directories among the ancestors of `paths` that look like a git directory (a
+    nested bare repository the change would add to)."""
+    found: set[str] = set()
+    seen: dict[str, bool] = {}
+    for path in paths:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            ancestor = "/".join(parts[:depth])
+            if ancestor not in seen:
+                seen[ancestor] = is_git_directory(clone / ancestor)
+            if seen[ancestor]:
+                found.add(ancestor)
+                break
+    return sorted(found)
+
+
+def _credential_files(redactor: Redactor, changes: Sequence[Change], blobs: Mapping[str, bytes]) -> list[str]:
+    """The changed paths whose name, or whose added content, holds a credential. Content is
+    the whole of a new blob and, for a modified file, the lines the old one lacked; bytes are
+    read as latin-1, so every ASCII credential appears as it is stored."""
+    hits = []
+    for change in changes:
+        if redactor.detect(change.path):
+            hits.append(change.path)
+            continue
+        if change.new_mode not in BLOB_MODES:
+            continue
+        new = blobs.get(change.new, b"")
+        old = blobs.get(change.old) if change.status == "M" else None
+        if old is None:
+            added = new.decode("latin-1")
+        else:
+            before = set(old.split(b"\n"))
+            added = "\n".join(line.decode("latin-1") for line in new.split(b"\n") if line not in before)
+        if redactor.detect(added):
+            hits.append(change.path)
+    return hits
 
 
 def _cell(text: str) -> str:
