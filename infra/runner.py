@@ -1,0 +1,107 @@
+"""Runner: the VPC the runtimes run in, the ECS cluster, the Fargate task definition built
+from containers/runner, a security group that lets out HTTPS only, a log group.
+
+The task definition has no task role: the runtime holds no AWS credential and works only
+through `/v1/runtime/*` with its capability (DESIGN section 6). The execution role only
+pulls the image and writes the log stream.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.functions import ROOT
+
+CONTAINER = "runner"
+# Dependency installs (pip, npm) and checks such as a test suite: 2 vCPU, 4 GiB, and 40 GiB
+# of ephemeral storage for the clone and its packages.
+CPU = 2048
+MEMORY_MIB = 4096
+EPHEMERAL_GIB = 40
+
+
+class Runner(Construct):
+    def __init__(self, scope: Construct, id: str, *, log_retention: logs.RetentionDays) -> None:
+        super().__init__(scope, id)
+        flow_logs = logs.LogGroup(
+            self, "FlowLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY
+        )
+        # Private subnets with one NAT gateway: the launcher starts tasks without public IPs.
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            max_azs=2,
+            nat_gateways=1,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                ec2.SubnetConfiguration(
+                    name="runners", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20
+                ),
+            ],
+            flow_logs={
+                "all": ec2.FlowLogOptions(
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
+                    traffic_type=ec2.FlowLogTrafficType.REJECT,
+                )
+            },
+            restrict_default_security_group=True,
+        )
+        self.subnets = self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "TaskSecurityGroup",
+            vpc=self.vpc,
+            allow_all_outbound=False,
+            description="Steward runtimes: HTTPS out only (control plane, relay, GitHub, package indexes)",
+        )
+        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS")
+        self.cluster = ecs.Cluster(
+            self,
+            "Cluster",
+            vpc=self.vpc,
+            container_insights_v2=ecs.ContainerInsights.ENABLED,
+        )
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY
+        )
+        self.task_definition = ecs.FargateTaskDefinition(
+            self,
+            "TaskDefinition",
+            cpu=CPU,
+            memory_limit_mib=MEMORY_MIB,
+            ephemeral_storage_gib=EPHEMERAL_GIB,
+            runtime_platform=ecs.RuntimePlatform(
+                cpu_architecture=ecs.CpuArchitecture.X86_64,
+                operating_system_family=ecs.OperatingSystemFamily.LINUX,
+            ),
+        )
+        self.container = self.task_definition.add_container(
+            CONTAINER,
+            container_name=CONTAINER,
+            image=ecs.ContainerImage.from_asset(
+                str(ROOT),
+                file="containers/runner/Dockerfile",
+                exclude=[
+                    ".venv",
+                    ".git",
+                    "build",
+                    "cdk.out",
+                    "node_modules",
+                    ".steward",
+                    "**/__pycache__",
+                    "tests",
+                    "bench",
+                ],
+            ),
+            logging=ecs.LogDriver.aws_logs(stream_prefix="runner", log_group=self.log_group),
+        )
+        self.execution_role = self.task_definition.obtain_execution_role()
+        # No task role at all (CDK always makes one): the container gets no AWS credentials.
+        cfn = self.task_definition.node.default_child
+        assert isinstance(cfn, ecs.CfnTaskDefinition)
+        cfn.add_property_deletion_override("TaskRoleArn")
+        self.task_definition.node.try_remove_child("TaskRole")

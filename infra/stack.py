@@ -1,0 +1,377 @@
+"""The Stack: composes one Construct per capability and wires the functions' environments
+(from `steward.config.SETTINGS`) and permissions (each role exactly what its code calls)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aws_cdk import Acknowledgment, CfnOutput, CfnParameter, Duration, Stack, Validations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct, IConstruct
+from steward.config import Function
+
+from infra.api import Api
+from infra.functions import ROOT, TIMEOUTS, StewardFunction, build_layers
+from infra.loop import TICK_SECONDS, HeartbeatQueue, Loop
+from infra.monitoring import Monitoring
+from infra.permissions import QUERY, TABLE_ACCESS
+from infra.relay import Relay
+from infra.runner import CONTAINER, Runner
+from infra.storage import Storage
+from infra.webhook import Webhook
+
+PRICES = ROOT / "layers" / "steward" / "python" / "steward" / "data" / "prices.json"
+
+
+def priced_bedrock_models() -> list[str]:
+    models = json.loads(PRICES.read_text())["models"]
+    return sorted(m for m, entry in models.items() if entry.get("provider") == "bedrock")
+
+
+def provider_key_secrets() -> list[str]:
+    """Secrets Manager ids the packaged price table names for provider keys (none today:
+    its entries name environment variables, and only Bedrock is priced for AWS)."""
+    models = json.loads(PRICES.read_text())["models"]
+    return sorted({e["api_key_secret_id"] for e in models.values() if e.get("api_key_secret_id")})
+
+
+class StewardStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, layer_dir: Path, **kwargs: object) -> None:
+        super().__init__(scope, id, **kwargs)  # type: ignore[arg-type]
+        ctx = self.node.try_get_context
+        prefix = str(ctx("tablePrefix") or f"{id.lower()}-")
+        deletion_protection = str(ctx("deletionProtection") or "true").lower() == "true"
+        retention = logs.RetentionDays.ONE_MONTH
+
+        app_id = CfnParameter(
+            self,
+            "GitHubAppId",
+            type="String",
+            default="",
+            allowed_pattern="^[0-9]*$",
+            description="The GitHub App's numeric id (empty until the App exists: see README)",
+        )
+
+        storage = Storage(self, "Storage", prefix=prefix, deletion_protection=deletion_protection)
+        runner = Runner(self, "Runner", log_retention=retention)
+        api = Api(
+            self,
+            "Api",
+            issuer=ctx("oidcIssuer"),
+            audience=ctx("oidcAudience"),
+            log_retention=retention,
+            deletion_protection=deletion_protection,
+        )
+        queue = HeartbeatQueue(
+            self, "Heartbeat", prefix=prefix, heartbeat_timeout=Duration.seconds(TIMEOUTS["heartbeat"])
+        )
+        layers = build_layers(self, layer_dir)
+
+        env: dict[str, str] = {
+            "STEWARD_TABLE_PREFIX": prefix,
+            "STEWARD_ARTIFACTS_BUCKET": storage.artifacts.bucket_name,
+            "STEWARD_CAPABILITY_KEY_ID": storage.capability_key.key_id,
+            "STEWARD_GITHUB_APP_ID": app_id.value_as_string,
+            "STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID": storage.github_private_key.secret_arn,
+            "STEWARD_WEBHOOK_SECRET_ID": storage.webhook_secret.secret_arn,
+            "STEWARD_ECS_CLUSTER": runner.cluster.cluster_name,
+            "STEWARD_RUNNER_TASK_DEFINITION": runner.task_definition.task_definition_arn,
+            "STEWARD_RUNNER_CONTAINER": CONTAINER,
+            "STEWARD_RUNNER_SUBNETS": ",".join(runner.subnets.subnet_ids),
+            "STEWARD_RUNNER_SECURITY_GROUPS": runner.security_group.security_group_id,
+            "STEWARD_TICK_SECONDS": str(TICK_SECONDS),
+            "STEWARD_LAUNCHER": "fargate",
+            "STEWARD_API_URL": api.url,
+        }
+        for name, value in (
+            ("STEWARD_DEFAULT_MODEL", ctx("defaultModel")),
+            ("STEWARD_MAX_BUDGET_USD", ctx("maxBudgetUsd")),
+        ):
+            if value:
+                env[name] = str(value)
+
+        self.functions: dict[Function, StewardFunction] = {}
+
+        def make(function: Function) -> StewardFunction:
+            made = StewardFunction(
+                self,
+                f"{function.capitalize()}Function",
+                function=function,
+                layers=layers,
+                environment=env,
+                log_retention=retention,
+            )
+            for spec, actions in TABLE_ACCESS[function].items():
+                table = storage.tables[spec]
+                resources = [table.table_arn]
+                if QUERY in actions:
+                    resources += [f"{table.table_arn}/index/{index.name}" for index in spec.indexes]
+                made.role.add_to_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
+            self.functions[function] = made
+            return made
+
+        relay_fn = make("relay")
+        relay = Relay(self, "Relay", function=relay_fn.function, log_retention=retention)
+        env["STEWARD_RELAY_URL"] = relay.url
+        for function in ("api", "runtime", "webhook", "scheduler", "reaper", "heartbeat"):
+            make(function)  # type: ignore[arg-type]
+        fns = {name: made.function for name, made in self.functions.items()}
+        api.route(fns["api"], fns["runtime"])
+
+        self._grant(storage, runner, queue)
+
+        Loop(
+            self,
+            "Loop",
+            queue=queue,
+            scheduler_function=fns["scheduler"],
+            heartbeat_function=fns["heartbeat"],
+            reaper_function=fns["reaper"],
+        )
+        webhook = Webhook(self, "Webhook", function=fns["webhook"])
+        Monitoring(
+            self,
+            "Monitoring",
+            functions=fns,
+            dlqs={"Heartbeat": queue.dlq},
+            relay_api=relay.api,
+            alarm_topic_arn=ctx("alarmTopicArn"),
+        )
+
+        CfnOutput(self, "ApiUrl", value=api.url)
+        CfnOutput(self, "RelayUrl", value=relay.url)
+        CfnOutput(self, "WebhookUrl", value=webhook.url.url, description="the GitHub App's webhook URL")
+        CfnOutput(self, "GitHubPrivateKeySecret", value=storage.github_private_key.secret_arn)
+        CfnOutput(self, "WebhookSecretArn", value=storage.webhook_secret.secret_arn)
+        CfnOutput(self, "TablePrefix", value=prefix)
+        if api.user_pool is not None and api.client is not None:
+            CfnOutput(self, "UserPoolId", value=api.user_pool.user_pool_id)
+            CfnOutput(self, "UserPoolClientId", value=api.client.user_pool_client_id)
+        self.acknowledge()
+
+    def _grant(self, storage: Storage, runner: Runner, queue: HeartbeatQueue) -> None:
+        """Each role's statements beyond its tables: exactly what its code calls."""
+        key = storage.capability_key
+        # Relay: verify capabilities, call the priced Bedrock models. Converse and
+        # ConverseStream have no IAM actions of their own: they are authorized as InvokeModel
+        # and InvokeModelWithResponseStream.
+        self.functions["relay"].role.add_to_policy(
+            iam.PolicyStatement(actions=["kms:GetPublicKey"], resources=[key.key_arn])
+        )
+        models = priced_bedrock_models()
+        if models:
+            self.functions["relay"].role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=[
+                        "bedrock:InvokeModel",
+                        "bedrock:InvokeModelWithResponseStream",
+                    ],
+                    resources=[
+                        self.format_arn(
+                            service="bedrock", account="", resource="foundation-model", resource_name=m
+                        )
+                        for m in models
+                    ],
+                )
+            )
+        secrets = provider_key_secrets()
+        if secrets:
+            self.functions["relay"].role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["secretsmanager:GetSecretValue"],
+                    resources=[
+                        self.format_arn(service="secretsmanager", resource="secret", resource_name=f"{s}-*")
+                        for s in secrets
+                    ],
+                )
+            )
+        # Runtime routes: mint (sign) and verify capabilities, presigned artifact uploads
+        # and reads, the App's key for installation tokens.
+        runtime = self.functions["runtime"].role
+        runtime.add_to_policy(
+            iam.PolicyStatement(actions=["kms:Sign", "kms:GetPublicKey"], resources=[key.key_arn])
+        )
+        runtime.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject", "s3:GetObject"], resources=[storage.artifacts.arn_for_objects("*")]
+            )
+        )
+        # API: artifact reads (presigned GETs and the review's text).
+        self.functions["api"].role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[storage.artifacts.arn_for_objects("*")])
+        )
+        for function in ("runtime", "heartbeat"):
+            self.functions[function].role.add_to_policy(  # type: ignore[index]
+                iam.PolicyStatement(
+                    actions=["secretsmanager:GetSecretValue"],
+                    resources=[storage.github_private_key.secret_arn],
+                )
+            )
+        self.functions["webhook"].role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["secretsmanager:GetSecretValue"], resources=[storage.webhook_secret.secret_arn]
+            )
+        )
+        # Scheduler: send ticks. Heartbeat: its event source mapping reads the queue.
+        self.functions["scheduler"].role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["sqs:GetQueueUrl", "sqs:SendMessage"], resources=[queue.queue.queue_arn]
+            )
+        )
+        # Heartbeat runs runtimes; heartbeat and reaper list, describe and stop them: only
+        # tasks of the runner's definition in the runner's cluster.
+        cluster_arn = runner.cluster.cluster_arn
+        task_arns = self.format_arn(
+            service="ecs", resource="task", resource_name=f"{runner.cluster.cluster_name}/*"
+        )
+        on_cluster = {"ArnEquals": {"ecs:cluster": cluster_arn}}
+        heartbeat = self.functions["heartbeat"].role
+        heartbeat.add_to_policy(
+            iam.PolicyStatement(
+                actions=["ecs:RunTask"],
+                resources=[runner.task_definition.task_definition_arn],
+                conditions=on_cluster,
+            )
+        )
+        heartbeat.add_to_policy(
+            iam.PolicyStatement(
+                actions=["ecs:TagResource"],
+                resources=[task_arns],
+                conditions={"StringEquals": {"ecs:CreateAction": "RunTask"}},
+            )
+        )
+        pass_roles = [runner.execution_role.role_arn]  # the task definition has no task role
+        heartbeat.add_to_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=pass_roles,
+                conditions={"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}},
+            )
+        )
+        for function in ("heartbeat", "reaper"):
+            role = self.functions[function].role  # type: ignore[index]
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["ecs:StopTask", "ecs:DescribeTasks"],
+                    resources=[task_arns],
+                    conditions=on_cluster,
+                )
+            )
+            role.add_to_policy(
+                iam.PolicyStatement(actions=["ecs:ListTasks"], resources=["*"], conditions=on_cluster)
+            )
+
+    def acknowledge(self) -> None:
+        """cdk-nag findings accepted, each by its exact id on the construct it concerns."""
+        for path, finding, reason in ACKNOWLEDGED:
+            scope: IConstruct = self
+            for part in path.split("/"):
+                scope = scope.node.find_child(part)
+            Validations.of(scope).acknowledge(Acknowledgment(id=f"AwsSolutions::{finding}", reason=reason))
+
+
+_FUNCTIONS = ("Api", "Scheduler", "Heartbeat", "Reaper", "Relay", "Webhook", "Runtime")
+_OBJECTS = "AwsSolutions-IAM5[Resource::<StorageArtifacts08431D1F.Arn>/*]"
+_TASKS = "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/<RunnerCluster2ECE3DAD>/*]"
+# (construct path under the stack, finding id, why it is accepted)
+ACKNOWLEDGED: list[tuple[str, str, str]] = [
+    *(
+        (
+            f"{name}Function/Function",
+            "AwsSolutions-L1",
+            "Python 3.12 on purpose: the dependency layers are built for it (tools/build_layers.py); "
+            "a newer runtime means rebuilding and retesting them.",
+        )
+        for name in _FUNCTIONS
+    ),
+    *(
+        (
+            f"{name}Function/Role",
+            _OBJECTS,
+            "Artifacts are objects keyed by task id, created at run time: an object ARN needs the wildcard; "
+            "the bucket is Steward's own.",
+        )
+        for name in ("Api", "Runtime")
+    ),
+    *(
+        (
+            f"{name}Function/Role",
+            _TASKS,
+            "ECS task ids exist only once RunTask made them: the runner cluster's tasks are the narrowest "
+            "ARN, and the statement is conditioned on ecs:cluster.",
+        )
+        for name in ("Heartbeat", "Reaper")
+    ),
+    *(
+        (
+            f"{name}Function/Role",
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecs:ListTasks has no resource-level permission (AWS requires Resource *); it is conditioned "
+            "on the runner cluster (ecs:cluster).",
+        )
+        for name in ("Heartbeat", "Reaper")
+    ),
+    (
+        "Runner/TaskDefinition/ExecutionRole",
+        "AwsSolutions-IAM5[Resource::*]",
+        "ecr:GetAuthorizationToken has no resource-level permission (AWS requires Resource *); the "
+        "execution role only pulls the runner image and writes its log stream.",
+    ),
+    (
+        "Loop/TickRole",
+        "AwsSolutions-IAM5[Resource::<SchedulerFunction730963DA.Arn>:*]",
+        "CDK grants invoke on the function and its versions/aliases (arn:*); the role can invoke "
+        "only the scheduler function.",
+    ),
+    (
+        "Loop/ReapRole",
+        "AwsSolutions-IAM5[Resource::<ReaperFunctionE4F4EFC3.Arn>:*]",
+        "CDK grants invoke on the function and its versions/aliases (arn:*); the role can invoke "
+        "only the reaper function.",
+    ),
+    (
+        "Relay/RestApi/CloudWatchRole",
+        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
+        "API Gateway's account-wide logging role; AWS's managed policy is the documented one for it.",
+    ),
+    (
+        "Relay/RestApi",
+        "AwsSolutions-APIG2",
+        "The relay validates every request itself (capability, size, Unicode, screened body: DESIGN "
+        "section 5); a gateway model would duplicate it for OpenAI-, Anthropic- and Bedrock-shaped bodies.",
+    ),
+    (
+        "Relay/RestApi",
+        "AwsSolutions-APIG3",
+        "No WAF by default (cost; every request needs a signed capability and is budget-bound); attach "
+        "a web ACL to the stage if the account's policy wants one.",
+    ),
+    (
+        "Relay/RestApi",
+        "AwsSolutions-APIG4",
+        "Allowlisted unauthorized entry: the relay's authentication is the KMS-signed capability, "
+        "checked in the function (tests/infra asserts the allowlist).",
+    ),
+    (
+        "Relay/RestApi",
+        "AwsSolutions-COG4",
+        "The relay is called by runtimes, not users: a capability, not a Cognito token, authorizes it.",
+    ),
+    (
+        "Api/HttpApi",
+        "AwsSolutions-APIG4",
+        "Only /v1/runtime/* is outside the JWT authorizer: runtimes present a one-time ticket or a "
+        "capability, checked by the runtime function (tests/infra asserts the allowlist).",
+    ),
+    *(
+        (
+            f"Storage/{name}",
+            "AwsSolutions-SMG4",
+            "Rotated where it is issued: the App's private key in GitHub's App settings, the webhook "
+            "secret together with the App's webhook configuration (README); no Lambda can rotate either.",
+        )
+        for name in ("GitHubPrivateKey", "WebhookSecret")
+    ),
+]

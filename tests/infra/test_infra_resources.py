@@ -1,0 +1,223 @@
+"""Each resource family of the stack is present and configured as DESIGN section 2 says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from steward.queues import HEARTBEAT
+from steward.tables import ALL_TABLES, TableSpec
+
+from infra.functions import TIMEOUTS
+from infra.relay import EVENT_STREAM, RELAY_TIMEOUT_SECONDS
+from infra.runner import CPU, EPHEMERAL_GIB, MEMORY_MIB
+from tests.infra.helpers import ROOT, function_id, of_type, render, statements_of_role
+
+PREFIX = "steward-"
+
+
+def _expected_table(spec: TableSpec) -> dict[str, Any]:
+    """`spec` in CloudFormation's shape, from the same boto3 arguments the local stack uses."""
+    kwargs = spec.create_table_kwargs(PREFIX)
+    return {
+        "TableName": kwargs["TableName"],
+        "KeySchema": kwargs["KeySchema"],
+        "AttributeDefinitions": sorted(kwargs["AttributeDefinitions"], key=lambda a: a["AttributeName"]),
+        "GlobalSecondaryIndexes": sorted(
+            kwargs.get("GlobalSecondaryIndexes", []), key=lambda i: i["IndexName"]
+        ),
+        "TimeToLiveSpecification": {"AttributeName": spec.ttl_attribute, "Enabled": True}
+        if spec.ttl_attribute
+        else None,
+    }
+
+
+def test_tables_equal_the_definitions_in_steward_tables(resources: dict[str, Any]) -> None:
+    tables = {t["Properties"]["TableName"]: t for t in of_type(resources, "AWS::DynamoDB::Table").values()}
+    assert set(tables) == {spec.physical_name(PREFIX) for spec in ALL_TABLES}
+    for spec in ALL_TABLES:
+        table = tables[spec.physical_name(PREFIX)]
+        props = table["Properties"]
+        actual = {
+            "TableName": props["TableName"],
+            "KeySchema": props["KeySchema"],
+            "AttributeDefinitions": sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]),
+            "GlobalSecondaryIndexes": sorted(
+                props.get("GlobalSecondaryIndexes", []), key=lambda i: i["IndexName"]
+            ),
+            "TimeToLiveSpecification": props.get("TimeToLiveSpecification"),
+        }
+        assert actual == _expected_table(spec), spec.logical_name
+        assert props["BillingMode"] == "PAY_PER_REQUEST"
+        assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+        assert props["DeletionProtectionEnabled"] is True  # the context default
+        assert table["DeletionPolicy"] == "Retain"
+
+
+def test_artifact_bucket_is_encrypted_private_tls_only_with_a_lifecycle(resources: dict[str, Any]) -> None:
+    buckets = of_type(resources, "AWS::S3::Bucket")
+    (artifacts_id,) = [k for k in buckets if k.startswith("StorageArtifacts")]
+    props = buckets[artifacts_id]["Properties"]
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0][
+        "ServerSideEncryptionByDefault"
+    ] == {"SSEAlgorithm": "AES256"}
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    (rule,) = props["LifecycleConfiguration"]["Rules"]
+    assert rule["Status"] == "Enabled"
+    assert rule["ExpirationInDays"] > 0
+    policies = [
+        p
+        for p in of_type(resources, "AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": artifacts_id}
+    ]
+    (policy,) = policies
+    (deny,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert deny["Effect"] == "Deny"
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_capability_key_is_an_asymmetric_p256_signing_key(resources: dict[str, Any]) -> None:
+    (key,) = of_type(resources, "AWS::KMS::Key").values()
+    assert key["Properties"]["KeySpec"] == "ECC_NIST_P256"
+    assert key["Properties"]["KeyUsage"] == "SIGN_VERIFY"
+
+
+def test_secrets_for_the_app_key_and_the_webhook_secret(resources: dict[str, Any]) -> None:
+    secrets = of_type(resources, "AWS::SecretsManager::Secret")
+    assert len(secrets) == 2
+    assert any(k.startswith("StorageGitHubPrivateKey") for k in secrets)
+    assert any(k.startswith("StorageWebhookSecret") for k in secrets)
+
+
+def test_http_api_routes_the_client_api_behind_jwt_and_runtime_routes_outside(
+    resources: dict[str, Any],
+) -> None:
+    (authorizer,) = of_type(resources, "AWS::ApiGatewayV2::Authorizer").values()
+    assert authorizer["Properties"]["AuthorizerType"] == "JWT"
+    assert "cognito-idp" in json.dumps(authorizer["Properties"]["JwtConfiguration"]["Issuer"])
+    integrations = of_type(resources, "AWS::ApiGatewayV2::Integration")
+    routes = {
+        r["Properties"]["RouteKey"]: r["Properties"]
+        for r in of_type(resources, "AWS::ApiGatewayV2::Route").values()
+    }
+    assert set(routes) == {"ANY /v1/{proxy+}", "ANY /v1/runtime/{proxy+}"}
+    assert routes["ANY /v1/{proxy+}"]["AuthorizationType"] == "JWT"
+    assert routes["ANY /v1/runtime/{proxy+}"]["AuthorizationType"] == "NONE"
+
+    def target(route: dict[str, Any]) -> str:
+        integration_id = route["Target"]["Fn::Join"][1][1]["Ref"]
+        return render(integrations[integration_id]["Properties"]["IntegrationUri"])
+
+    assert function_id(resources, "api") in target(routes["ANY /v1/{proxy+}"])
+    assert function_id(resources, "runtime") in target(routes["ANY /v1/runtime/{proxy+}"])
+
+
+def test_relay_rest_api_streams_event_streams_with_a_raised_timeout(resources: dict[str, Any]) -> None:
+    (api,) = of_type(resources, "AWS::ApiGateway::RestApi").values()
+    assert api["Properties"]["BinaryMediaTypes"] == [EVENT_STREAM]
+    methods = of_type(resources, "AWS::ApiGateway::Method").values()
+    assert methods
+    for method in methods:
+        integration = method["Properties"]["Integration"]
+        assert integration["TimeoutInMillis"] == RELAY_TIMEOUT_SECONDS * 1000
+        assert function_id(resources, "relay") in render(integration["Uri"])
+    assert TIMEOUTS["relay"] >= RELAY_TIMEOUT_SECONDS
+
+
+def test_loop_schedules_queue_dlq_and_partial_batch_responses(resources: dict[str, Any]) -> None:
+    schedules = of_type(resources, "AWS::Scheduler::Schedule").values()
+    targets = {render(s["Properties"]["Target"]["Arn"]) for s in schedules}
+    assert targets == {f"<{function_id(resources, n)}.Arn>" for n in ("scheduler", "reaper")}
+    queues = {
+        q["Properties"]["QueueName"]: q["Properties"] for q in of_type(resources, "AWS::SQS::Queue").values()
+    }
+    queue = queues[HEARTBEAT.physical_name(PREFIX)]
+    assert queue["FifoQueue"] is True
+    assert queue["ContentBasedDeduplication"] is HEARTBEAT.content_based_deduplication
+    assert queue["VisibilityTimeout"] >= 6 * TIMEOUTS["heartbeat"]
+    assert queue["MessageRetentionPeriod"] == HEARTBEAT.message_retention
+    assert queue["RedrivePolicy"]["maxReceiveCount"] >= 1
+    (mapping,) = of_type(resources, "AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["FunctionName"] == {"Ref": function_id(resources, "heartbeat")}
+    assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_webhook_function_url_is_auth_none(resources: dict[str, Any]) -> None:
+    (url,) = of_type(resources, "AWS::Lambda::Url").values()
+    assert url["Properties"]["AuthType"] == "NONE"
+    assert url["Properties"]["TargetFunctionArn"] == {
+        "Fn::GetAtt": [function_id(resources, "webhook"), "Arn"]
+    }
+
+
+def test_runner_task_definition_size_roles_egress_and_logs(resources: dict[str, Any]) -> None:
+    (task,) = of_type(resources, "AWS::ECS::TaskDefinition").values()
+    props = task["Properties"]
+    assert props["RequiresCompatibilities"] == ["FARGATE"]
+    assert (props["Cpu"], props["Memory"]) == (str(CPU), str(MEMORY_MIB))
+    assert props["EphemeralStorage"] == {"SizeInGiB": EPHEMERAL_GIB}
+    (container,) = props["ContainerDefinitions"]
+    assert container["LogConfiguration"]["LogDriver"] == "awslogs"
+    # No task role: the runtime holds no AWS credential (it works through /v1/runtime/*).
+    assert "TaskRoleArn" not in props
+    roles = of_type(resources, "AWS::IAM::Role")
+    ecs_roles = [
+        k
+        for k, r in roles.items()
+        if "ecs-tasks.amazonaws.com" in str(r["Properties"]["AssumeRolePolicyDocument"])
+    ]
+    assert ecs_roles == [props["ExecutionRoleArn"]["Fn::GetAtt"][0]]
+    execution = {
+        a
+        for s in statements_of_role(resources, ecs_roles[0])
+        for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    }
+    assert execution <= {
+        "ecr:BatchCheckLayerAvailability",
+        "ecr:GetDownloadUrlForLayer",
+        "ecr:BatchGetImage",
+        "ecr:GetAuthorizationToken",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+    }
+    (group,) = of_type(resources, "AWS::EC2::SecurityGroup").values()
+    assert group["Properties"]["SecurityGroupEgress"] == [
+        {"CidrIp": "0.0.0.0/0", "Description": "HTTPS", "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443}
+    ]
+    assert "SecurityGroupIngress" not in group["Properties"]
+    for log_group in of_type(resources, "AWS::Logs::LogGroup").values():
+        assert log_group["Properties"]["RetentionInDays"] > 0
+
+
+def test_context_oidc_issuer_replaces_the_user_pool_and_deletion_protection_can_be_off(
+    fake_layers: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from aws_cdk import App  # noqa: PLC0415 - jsii was started by the conftest
+    from aws_cdk.assertions import Template  # noqa: PLC0415
+
+    from infra.app import build  # noqa: PLC0415
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    context |= {
+        "oidcIssuer": "https://issuer.example.com",
+        "oidcAudience": "steward",
+        "deletionProtection": "false",
+    }
+    app = App(outdir=str(tmp_path_factory.mktemp("cdk.out-oidc")), context=context)
+    resources = Template.from_stack(build(app, fake_layers)).to_json()["Resources"]
+    assert not of_type(resources, "AWS::Cognito::UserPool")
+    (authorizer,) = of_type(resources, "AWS::ApiGatewayV2::Authorizer").values()
+    assert authorizer["Properties"]["JwtConfiguration"] == {
+        "Issuer": "https://issuer.example.com",
+        "Audience": ["steward"],
+    }
+    for table in of_type(resources, "AWS::DynamoDB::Table").values():
+        assert table["Properties"]["DeletionProtectionEnabled"] is False
+        assert table["DeletionPolicy"] == "Delete"

@@ -1,0 +1,224 @@
+"""Who can reach what: the unauthenticated entries are an explicit allowlist, each role
+holds exactly what its code calls, each function gets exactly its settings, cdk-nag and
+cfn-lint raise nothing."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from steward.config import FUNCTIONS, SETTINGS, settings_for
+
+from infra.monitoring import METRICS
+from infra.permissions import TABLE_ACCESS
+from tests.infra.helpers import (
+    ROOT,
+    actions_by_resource,
+    as_list,
+    function_id,
+    of_type,
+    role_id,
+    statements_of_role,
+)
+
+# Entries that API Gateway does not authenticate, and what authenticates them instead.
+UNAUTHENTICATED = {
+    ("function-url", "webhook"),  # the delivery's HMAC, checked by the handler
+    ("http-route", "ANY /v1/runtime/{proxy+}"),  # ticket or capability, checked by the runtime function
+    ("rest-method", "ANY /"),  # the relay: capability, checked by the relay
+    ("rest-method", "ANY /{proxy+}"),
+    # the console's static files: none yet
+}
+# AWS requires Resource "*" for these actions (no resource-level permissions).
+STAR_RESOURCE_ALLOWED = {"ecs:ListTasks", "ecr:GetAuthorizationToken"}
+MANAGED_POLICY_ALLOWED = {
+    "{'Fn::Join': ['', ['arn:', {'Ref': 'AWS::Partition'}, "
+    "':iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs']]}": "RelayRestApiCloudWatchRole",
+    "{'Fn::Sub': 'arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole'}": (
+        "CustomVpcRestrictDefaultSGCustomResourceProviderRole"
+    ),
+}
+
+
+def test_unauthenticated_entries_are_exactly_the_allowlist(resources: dict[str, Any]) -> None:
+    found: set[tuple[str, str]] = set()
+    for url in of_type(resources, "AWS::Lambda::Url").values():
+        if url["Properties"]["AuthType"] == "NONE":
+            target = url["Properties"]["TargetFunctionArn"]["Fn::GetAtt"][0]
+            found.add(("function-url", next(f for f in FUNCTIONS if function_id(resources, f) == target)))
+    for route in of_type(resources, "AWS::ApiGatewayV2::Route").values():
+        if route["Properties"].get("AuthorizationType", "NONE") == "NONE":
+            found.add(("http-route", route["Properties"]["RouteKey"]))
+    paths = {
+        k: v["Properties"]["PathPart"] for k, v in of_type(resources, "AWS::ApiGateway::Resource").items()
+    }
+    for method in of_type(resources, "AWS::ApiGateway::Method").values():
+        props = method["Properties"]
+        if props["AuthorizationType"] == "NONE":
+            parent = props["ResourceId"]
+            path = "/" if "Fn::GetAtt" in parent else "/" + paths[parent["Ref"]]
+            found.add(("rest-method", f"{props['HttpMethod']} {path}"))
+    assert found == UNAUTHENTICATED
+    # Nothing else is public: every Lambda permission is for a known caller.
+    for permission in of_type(resources, "AWS::Lambda::Permission").values():
+        principal = permission["Properties"]["Principal"]
+        if principal == "*":
+            props = permission["Properties"]
+            # Function URLs need both: InvokeFunctionUrl, and InvokeFunction via the URL only.
+            assert props.get("FunctionUrlAuthType") == "NONE" or props.get("InvokedViaFunctionUrl") is True
+            assert permission["Properties"]["FunctionName"] == {
+                "Fn::GetAtt": [function_id(resources, "webhook"), "Arn"]
+            }
+        else:
+            assert principal == "apigateway.amazonaws.com"
+
+
+def test_no_wildcard_actions_and_no_star_resource_except_where_aws_requires_it(
+    resources: dict[str, Any],
+) -> None:
+    documents = [
+        (k, p["Properties"]["PolicyDocument"]) for k, p in of_type(resources, "AWS::IAM::Policy").items()
+    ]
+    for role_key, role in of_type(resources, "AWS::IAM::Role").items():
+        documents += [
+            (role_key, inline["PolicyDocument"]) for inline in role["Properties"].get("Policies", [])
+        ]
+        for managed in role["Properties"].get("ManagedPolicyArns", []):
+            # Only CDK's own: API Gateway's logging role, the default-SG custom resource's logs.
+            assert role_key.startswith(MANAGED_POLICY_ALLOWED[str(managed)]), (role_key, managed)
+    assert documents
+    for where, document in documents:
+        for statement in document["Statement"]:
+            actions = as_list(statement["Action"])
+            assert all("*" not in a for a in actions), (where, actions)
+            if "*" in as_list(statement["Resource"]):
+                assert set(actions) <= STAR_RESOURCE_ALLOWED, (where, actions)
+                if "ecs:ListTasks" in actions:
+                    assert "ecs:cluster" in str(statement["Condition"])
+
+
+def _table_pairs(resources: dict[str, Any], function: str) -> set[tuple[str, str]]:
+    tables = {
+        t["Properties"]["TableName"].removeprefix("steward-"): k
+        for k, t in of_type(resources, "AWS::DynamoDB::Table").items()
+    }
+    pairs = set()
+    for spec, actions in TABLE_ACCESS[function].items():  # type: ignore[index]
+        arns = [f"<{tables[spec.logical_name]}.Arn>"]
+        if "dynamodb:Query" in actions:
+            arns += [f"<{tables[spec.logical_name]}.Arn>/index/{i.name}" for i in spec.indexes]
+        pairs |= {(a, r) for a in actions for r in arns}
+    return pairs
+
+
+def _log_pairs(resources: dict[str, Any], function: str) -> set[tuple[str, str]]:
+    fn = resources[function_id(resources, function)]
+    group = fn["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    return {("logs:CreateLogStream", f"<{group}.Arn>"), ("logs:PutLogEvents", f"<{group}.Arn>")}
+
+
+def test_relay_role_holds_exactly_what_the_relay_calls(resources: dict[str, Any]) -> None:
+    pairs = actions_by_resource(statements_of_role(resources, role_id(resources, "relay")))
+    (key_id,) = of_type(resources, "AWS::KMS::Key")
+    bedrock = {(a, r) for a, r in pairs if a.startswith("bedrock:")}
+    expected_models = {"anthropic.claude-3-5-haiku-20241022-v1:0", "amazon.nova-lite-v1:0"}
+    assert {r.rsplit("/", 1)[1] for _, r in bedrock} == expected_models
+    assert {a for a, _ in bedrock} == {"bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"}
+    assert pairs - bedrock == (
+        _table_pairs(resources, "relay")
+        | _log_pairs(resources, "relay")
+        | {("kms:GetPublicKey", f"<{key_id}.Arn>")}
+    )
+    # tasks: GetItem and UpdateItem; events: PutItem (an over-report's transaction); no secret.
+    assert not any(a.startswith("secretsmanager:") for a, _ in pairs)
+
+
+def test_every_role_holds_its_tables_and_only_its_services(resources: dict[str, Any]) -> None:
+    allowed_services = {
+        "api": {"dynamodb", "logs", "s3"},
+        "scheduler": {"dynamodb", "logs", "sqs"},
+        "heartbeat": {"dynamodb", "logs", "sqs", "ecs", "iam", "secretsmanager"},
+        "reaper": {"dynamodb", "logs", "ecs"},
+        "relay": {"dynamodb", "logs", "kms", "bedrock"},
+        "webhook": {"dynamodb", "logs", "secretsmanager"},
+        "runtime": {"dynamodb", "logs", "kms", "s3", "secretsmanager"},
+    }
+    for function in FUNCTIONS:
+        pairs = actions_by_resource(statements_of_role(resources, role_id(resources, function)))
+        dynamo = {p for p in pairs if p[0].startswith("dynamodb:")}
+        assert dynamo == _table_pairs(resources, function), function
+        assert {a.split(":")[0] for a, _ in pairs} <= allowed_services[function], function
+
+
+def test_only_heartbeat_and_reaper_touch_runner_tasks_of_its_definition(resources: dict[str, Any]) -> None:
+    (task_def_id,) = of_type(resources, "AWS::ECS::TaskDefinition")
+    task_def = resources[task_def_id]["Properties"]
+    for function in FUNCTIONS:
+        pairs = actions_by_resource(statements_of_role(resources, role_id(resources, function)))
+        ecs = {a for a, _ in pairs if a.startswith(("ecs:", "iam:"))}
+        if function == "heartbeat":
+            assert ecs == {
+                "ecs:RunTask",
+                "ecs:TagResource",
+                "ecs:StopTask",
+                "ecs:DescribeTasks",
+                "ecs:ListTasks",
+                "iam:PassRole",
+            }
+            assert {r for a, r in pairs if a == "ecs:RunTask"} == {f"<{task_def_id}>"}
+            assert {r for a, r in pairs if a == "iam:PassRole"} == {
+                f"<{task_def['ExecutionRoleArn']['Fn::GetAtt'][0]}.Arn>"
+            }
+        elif function == "reaper":
+            assert ecs == {"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks"}
+        else:
+            assert ecs == set(), function
+
+
+def test_every_setting_is_tagged_and_each_function_gets_exactly_its_own(resources: dict[str, Any]) -> None:
+    for setting in SETTINGS:
+        assert setting.functions, setting.env
+        assert setting.doc, setting.env
+    for function in FUNCTIONS:
+        env = resources[function_id(resources, function)]["Properties"]["Environment"]["Variables"]
+        mine = {s.env for s in settings_for(function)}
+        required = {s.env for s in settings_for(function) if s.required}
+        assert required <= set(env) <= mine, function
+        assert not any(s.secret and s.env in env for s in SETTINGS), function
+
+
+def test_dashboard_shows_every_metric_the_handlers_emit(resources: dict[str, Any]) -> None:
+    (dashboard,) = of_type(resources, "AWS::CloudWatch::Dashboard").values()
+    body = str(dashboard["Properties"]["DashboardBody"])
+    sources = Path(ROOT, "layers", "steward", "python", "steward")
+    literal = set()
+    for path in sources.rglob("*_handler.py"):
+        literal |= set(re.findall(r'add_metric\(name="(\w+)"', path.read_text()))
+    shown = {m for names in METRICS.values() for m in names}
+    assert literal <= shown
+    for name in shown:
+        assert f'"{name}"' in body, name
+    alarms = {
+        a["Properties"]["AlarmDescription"] for a in of_type(resources, "AWS::CloudWatch::Alarm").values()
+    }
+    assert "messages in the Heartbeat dead-letter queue" in alarms
+    assert "the relay answered 5xx" in alarms
+    assert any("expired" in a for a in alarms)
+    assert any("more usage" in a for a in alarms)
+    assert sum("raised" in a for a in alarms) == len(FUNCTIONS)
+
+
+def test_cfn_lint_finds_nothing(template_file: Path) -> None:
+    """The synthesized template is clean (W3005: CDK's own DependsOn, see the Makefile).
+    cdk-nag ran already: an unacknowledged finding fails the session's synth."""
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run(
+        [str(cfn_lint), "--ignore-checks=W3005", "--", str(template_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
