@@ -31,7 +31,7 @@ from steward.adapters.providers.openai_compat import OpenAICompatProvider
 from steward.adapters.providers.scripted import SLOW_ENV, ScriptedProvider
 from steward.domain.budget import Usage, cost_of, input_bound_tokens, max_cost
 from steward.domain.converse import ConverseRequest, Message, payload_bytes
-from steward.domain.errors import ProviderError
+from steward.domain.errors import ProviderError, ProviderOutcomeUnknown
 from steward.domain.prices import PriceEntry
 from steward.local.converse_server import ConverseServer, ErrorReply, ReceivedConverse, converse_response
 from steward.local.openai_server import OpenAIError, OpenAIServer, ReceivedChat, chat_response
@@ -521,10 +521,24 @@ def test_openai_http_500_is_a_provider_error_without_content_or_key(openai_serve
     assert len(openai_server.requests) == 1  # no retry: the server may have billed the call
 
 
-def test_openai_malformed_answer_is_a_provider_error(openai_server: OpenAIServer) -> None:
-    openai_server.behaviour = lambda call: {"choices": []}
-    with pytest.raises(ProviderError, match="malformed response"):
+@pytest.mark.parametrize("answer", [{"choices": []}, {"choices": [{"message": "text"}]}, {}])
+def test_openai_malformed_answer_is_an_outcome_unknown(openai_server: OpenAIServer, answer: object) -> None:
+    # a 200 the relay cannot read may still have been billed: the relay charges it in full
+    openai_server.behaviour = lambda call: answer
+    with pytest.raises(ProviderOutcomeUnknown, match="malformed response"):
         OpenAICompatProvider("m", _openai_entry(openai_server, api_key_env=None), environ={}).converse(
+            _user("hi"), max_tokens=5
+        )
+
+
+def test_bedrock_malformed_answer_is_an_outcome_unknown(
+    converse_server: ConverseServer, bedrock_env: dict[str, str]
+) -> None:
+    answer = converse_response(text="ok")
+    del answer["output"]
+    converse_server.behaviour = lambda call: answer
+    with pytest.raises(ProviderOutcomeUnknown, match="malformed response"):
+        provider_for(HAIKU, load_price_table().entry(HAIKU), environ=bedrock_env).converse(
             _user("hi"), max_tokens=5
         )
 

@@ -126,6 +126,27 @@ def test_provider_failure_releases_and_missing_usage_charges_the_reservation(kit
     assert cost == committed == outcome.cost_usd > 0  # charged in full: the reservation
 
 
+def test_a_provider_outcome_that_is_unknown_charges_the_reservation_in_full(
+    kit: RelayKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 200 that cannot be read, or an answer that never came back: the provider may have
+    billed the call, so the reservation is charged as reserved (never more), not released."""
+    from steward.domain.errors import ProviderOutcomeUnknown  # noqa: PLC0415
+
+    class Lost:
+        def converse(self, request: object, *, max_tokens: int) -> object:
+            raise ProviderOutcomeUnknown("openai: ReadTimeout")
+
+    monkeypatch.setattr(kit.relay, "provider_for", lambda model, entry: Lost())
+    task = kit.running_task(slug="lost")
+    with pytest.raises(ProviderOutcomeUnknown) as caught:
+        kit.call(task)
+    assert caught.value.status == 502
+    cost, committed = kit.spent(task)
+    assert cost == committed > 0  # the reservation, in full: nothing left held
+    assert cost <= Decimal(task.budget_usd)
+
+
 def test_expired_reservations_are_charged_in_full_by_the_reaper_once(kit: RelayKit) -> None:
     task = kit.running_task()
     now = utcnow()

@@ -104,3 +104,9 @@ class RetryLater(StewardError):
 class ProviderError(StewardError):
     status = 502
     code = "provider_error"
+
+
+class ProviderOutcomeUnknown(ProviderError):
+    """The provider may have done, and billed, the work: it answered 200 with a body that
+    could not be read, or the answer never came back in time. The relay charges the
+    reservation in full rather than release it."""

@@ -56,6 +56,7 @@ from steward.domain.errors import (
     BudgetExhausted,
     Forbidden,
     ProviderError,
+    ProviderOutcomeUnknown,
     RetryLater,
     TooLarge,
 )
@@ -130,6 +131,11 @@ class Relay:
         provider = self.provider_for(capability.model_id, entry)
         try:
             result = provider.converse(request, max_tokens=admitted)
+        except ProviderOutcomeUnknown:  # it may have been billed: charged as reserved, never more
+            self.budget.settle(
+                task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=reserved
+            )
+            raise
         except ProviderError:
             self.budget.settle(
                 task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=Decimal(0)

@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
 
 from steward.adapters import aws
 from steward.adapters.providers.base import ProviderResult, check_max_tokens
 from steward.domain.budget import Usage
 from steward.domain.converse import ConverseRequest, model_input, wire
-from steward.domain.errors import ProviderError
+from steward.domain.errors import ProviderError, ProviderOutcomeUnknown
 
 ENDPOINT_ENV = "STEWARD_BEDROCK_ENDPOINT_URL"
 CONNECT_TIMEOUT_SECONDS = 5
@@ -82,11 +82,13 @@ class BedrockProvider:
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             raise ProviderError(f"bedrock: {code if _ERROR_CODE.match(code) else 'error'}") from None
-        except BotoCoreError as exc:  # connection, timeout, parameter validation: the type says enough
+        except ReadTimeoutError:  # the request went out: Bedrock may have billed it
+            raise ProviderOutcomeUnknown("bedrock: ReadTimeoutError") from None
+        except BotoCoreError as exc:  # connection, parameter validation: the type says enough
             raise ProviderError(f"bedrock: {type(exc).__name__}") from None
         response = {key: value for key, value in raw.items() if key != "ResponseMetadata"}
         if "output" not in response or "stopReason" not in response:
-            raise ProviderError("bedrock: malformed response")
+            raise ProviderOutcomeUnknown("bedrock: malformed response")
         usage = usage_from_converse(response.get("usage"))
         if usage is None:
             response.pop("usage", None)

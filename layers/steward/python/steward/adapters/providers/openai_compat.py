@@ -41,7 +41,7 @@ from steward.domain.converse import (
     ToolResultText,
     ToolUseBlock,
 )
-from steward.domain.errors import ProviderError
+from steward.domain.errors import ProviderError, ProviderOutcomeUnknown
 from steward.domain.prices import PriceEntry
 
 TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=10.0)
@@ -91,6 +91,8 @@ class OpenAICompatProvider:
             answer = _http().post(
                 self.url, content=json.dumps(body, ensure_ascii=False).encode(), headers=headers
             )
+        except httpx.ReadTimeout:  # the request went out: the server may have billed it
+            raise ProviderOutcomeUnknown("openai: ReadTimeout") from None
         except httpx.HTTPError as exc:  # the type only: messages can carry the URL
             raise ProviderError(f"openai: {type(exc).__name__}") from None
         latency_ms = int((time.monotonic() - started) * 1000)
@@ -99,7 +101,7 @@ class OpenAICompatProvider:
         try:
             data = answer.json()
         except ValueError:
-            raise ProviderError("openai: malformed response (not JSON)") from None
+            raise ProviderOutcomeUnknown("openai: malformed response (not JSON)") from None
         return from_chat_completions(data, latency_ms=latency_ms)
 
     def _api_key(self) -> str | None:
@@ -218,14 +220,15 @@ def _tool_result_text(result: ToolResult) -> str:
 
 
 def from_chat_completions(data: Any, *, latency_ms: int = 0) -> ProviderResult:
-    """A Converse response from a Chat Completions answer; ProviderError when it has no choice."""
+    """A Converse response from a Chat Completions answer (a 200); ProviderOutcomeUnknown
+    when it has no choice (the call was made, so its cost is not known to be nothing)."""
     try:
         choice = data["choices"][0]
         message = choice["message"]
         if not isinstance(message, dict):
             raise TypeError("message")
     except (KeyError, IndexError, TypeError):
-        raise ProviderError("openai: malformed response (no choices[0].message)") from None
+        raise ProviderOutcomeUnknown("openai: malformed response (no choices[0].message)") from None
     content: list[dict[str, Any]] = []
     text = _message_text(message.get("content"))
     if text:
