@@ -99,16 +99,11 @@ PLAYS = [
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     root = tmp_path_factory.mktemp("runner-stack")
-    playbook = root / "playbook.json"
-    playbook.write_text(json.dumps({"plays": PLAYS}))
-    overrides = {
-        "STEWARD_SCRIPTED_PLAYBOOK": str(playbook),
-        "STEWARD_RUNNER_HEARTBEAT_SECONDS": "1",
+    runner = {
         "STEWARD_RUNNER_MAX_REPAIR_ROUNDS": "1",
         "STEWARD_RUNNER_MAX_INVALID_CALLS": "4",
-        "STEWARD_CHECK_WALL_SECONDS": "60",
     }
-    with local_stack(root, overrides) as stack:
+    with local_stack(root, PLAYS, runner) as stack:
         RUNTIME_LOGS.append(stack.state_dir / "runs")
         yield stack
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from steward import runtime_handler, wiring
 from steward.adapters.artifact_store import SCREEN_NAME
 from steward.adapters.capability_signer import KmsCapabilitySigner, kms_client
 from steward.adapters.runtime_api import RuntimeApi
@@ -23,7 +22,6 @@ from steward.config import Settings
 from steward.domain.capability import capability_claims
 from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
-from steward.local.http_adapter import LambdaHttpServer
 from steward.runner.config import RunnerConfig
 from steward.runner.main import QuerylessUrls, RedactingFilter
 from steward.runner.run import Run
@@ -32,6 +30,7 @@ from steward.wiring import Services
 from tests.conftest import REGION
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item
+from tests.support.runtime_routes import new_capability_key, runtime_server
 
 
 class FailingRedactor(Redactor):
@@ -68,17 +67,9 @@ class Control:
 
 @pytest.fixture
 def control(services: Services, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Control]:
-    kms = kms_client(region_name=REGION)
-    key_id = str(kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256")["KeyMetadata"]["KeyId"])
-    monkeypatch.setenv("STEWARD_TABLE_PREFIX", services.tables.prefix)
-    monkeypatch.setenv("STEWARD_ARTIFACTS_BUCKET", settings.artifacts_bucket)
-    monkeypatch.setenv("STEWARD_CAPABILITY_KEY_ID", key_id)
-    wiring.reset()
-    with LambdaHttpServer(
-        runtime_handler.lambda_handler, kind="http_api", function_name="steward-runtime"
-    ) as server:
-        yield Control(server.url, KmsCapabilitySigner(kms, key_id))
-    wiring.reset()
+    key_id = new_capability_key()
+    with runtime_server(services, settings, monkeypatch, key_id) as server:
+        yield Control(server.url, KmsCapabilitySigner(kms_client(region_name=REGION), key_id))
 
 
 def make_run(services: Services, control: Control, task: Task, redactor: Redactor) -> Run:

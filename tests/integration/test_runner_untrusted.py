@@ -8,7 +8,6 @@ test_runner's."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,15 +91,10 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, host: Path) -> Iterator[LocalStack]:
     root = tmp_path_factory.mktemp("untrusted-stack")
-    playbook = root / "playbook.json"
-    playbook.write_text(json.dumps({"plays": plays(host)}))
-    overrides = {
-        "STEWARD_SCRIPTED_PLAYBOOK": str(playbook),
-        "STEWARD_RUNNER_HEARTBEAT_SECONDS": "1",
+    runner = {
         "STEWARD_RUNNER_MAX_REPAIR_ROUNDS": "0",
-        "STEWARD_CHECK_WALL_SECONDS": "60",
     }
-    with local_stack(root, overrides) as stack:
+    with local_stack(root, plays(host), runner) as stack:
         RUNTIME_LOGS.append(stack.state_dir / "runs")
         yield stack
 

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 import requests
-from steward import runtime_handler, wiring
+from steward import wiring
 from steward.adapters.capability_signer import KmsCapabilitySigner, kms_client
 from steward.adapters.dynamo import count_requests
 from steward.adapters.task_store import TaskStore
@@ -30,6 +30,7 @@ from steward.wiring import Services
 from tests.conftest import REGION
 from tests.support.documents import document
 from tests.support.plans import spawn_item
+from tests.support.runtime_routes import new_capability_key, runtime_server
 
 REPO = "octo/demo"
 PR_URL = f"https://github.example/{REPO}/pull/7"
@@ -99,15 +100,8 @@ class Kit:
 @pytest.fixture
 def kit(services: Services, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kit]:
     kms = kms_client(region_name=REGION)
-    key_id = str(kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256")["KeyMetadata"]["KeyId"])
-    stranger = str(kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256")["KeyMetadata"]["KeyId"])
-    monkeypatch.setenv("STEWARD_TABLE_PREFIX", services.tables.prefix)
-    monkeypatch.setenv("STEWARD_ARTIFACTS_BUCKET", settings.artifacts_bucket)
-    monkeypatch.setenv("STEWARD_CAPABILITY_KEY_ID", key_id)
-    wiring.reset()
-    with LambdaHttpServer(
-        runtime_handler.lambda_handler, kind="http_api", function_name="steward-runtime"
-    ) as server:
+    key_id, stranger = new_capability_key(), new_capability_key()
+    with runtime_server(services, settings, monkeypatch, key_id) as server:
         yield Kit(
             services,
             server,
@@ -115,7 +109,6 @@ def kit(services: Services, settings: Settings, monkeypatch: pytest.MonkeyPatch)
             KmsCapabilitySigner(kms, stranger),
             settings.artifacts_bucket,
         )
-    wiring.reset()
 
 
 def each_route(check: Callable[[str, httpx.Response], None], call: Callable[[str], httpx.Response]) -> None:
