@@ -35,7 +35,7 @@ COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hash
 BUILD_REQUIRES = $(PYTHON) -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
 	print("pip", *t["build-system"]["requires"], sep="\n")'
 
-.PHONY: demo test lint bench install lock clean sandbox-tools layer layer-check synth
+.PHONY: demo test lint bench sim install lock clean sandbox-tools layer layer-check synth
 
 # The stamps are named by the content they were installed from, not dated against it, so a
 # checkout that leaves the files as they were reinstalls nothing.
@@ -82,6 +82,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The deterministic simulation's long profile (tests/sim; `make test` runs its CI profile):
+# 2 workers x 2500 schedules of up to 50 steps. `make sim SEED=7` explores other schedules;
+# a failure prints its shrunk schedule and the command that replays it.
+SEED ?= 1
+sim: $(STAMP)
+	$(PY) -m tests.sim.runner --profile long --seed $(SEED) $(if $(EXAMPLES),--examples $(EXAMPLES))
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

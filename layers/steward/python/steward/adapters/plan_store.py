@@ -344,15 +344,21 @@ class PlanStore:
 
     # ---- the item projection of a task's status
     def project_item(self, task: Task, *, now: datetime) -> bool:
-        """Copy a task's status onto its plan item, if the item still points at this task.
-        The task is the truth; this projection is repaired by the loop if a write is lost."""
+        """Copy a task's status onto its plan item, if the item still points at this task and
+        its status is one the projection may move from (`lifecycle.projection_sources`: a
+        late or replayed projection never overwrites a newer status, e.g. a cancel repeated
+        after a person's retry). The task is the truth; the loop repairs a lost projection."""
         item_status = lifecycle.ITEM_STATUS_OF[task.status]
+        sources = sorted(lifecycle.projection_sources(item_status))
+        if not sources:
+            return False
+        source_values = {f":from{n}": status.value for n, status in enumerate(sources)}
         try:
             self._table.update_item(
                 Key={"user": task.user, "slug": task.plan_slug},
                 UpdateExpression="SET #items.#k.#s = :status, #items.#k.last_classification = :cls, "
                 "updated_at = :now ADD #v :one",
-                ConditionExpression="#items.#k.task_id = :tid AND #items.#k.#s <> :status",
+                ConditionExpression=f"#items.#k.task_id = :tid AND #items.#k.#s IN ({', '.join(source_values)})",
                 ExpressionAttributeNames={
                     "#items": "items",
                     "#k": task.item_key,
@@ -365,6 +371,7 @@ class PlanStore:
                     ":tid": task.id,
                     ":now": iso(now),
                     ":one": 1,
+                    **source_values,
                 },
             )
         except ClientError as exc:

@@ -100,6 +100,7 @@ class RuntimeApi:
         max_wait_seconds: float = 120.0,
         attempts: int = 4,
         sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self.relay_url = relay_url.rstrip("/")
@@ -107,7 +108,7 @@ class RuntimeApi:
         self.max_wait_seconds = max_wait_seconds
         self.attempts = attempts
         self._sleep = sleep
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, transport=transport)
 
     def close(self) -> None:
         self._http.close()

@@ -12,7 +12,7 @@ import re
 import uuid
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
@@ -126,3 +126,10 @@ def bearer_token(authorization: str | None) -> str:
     if scheme.lower() != "bearer" or not token.strip() or len(authorization or "") > MAX_AUTHORIZATION_CHARS:
         raise Unauthorized("send the capability as Authorization: Bearer <capability>")
     return token.strip()
+
+
+class Verify(Protocol):
+    """`CapabilityVerifier.verify`: the capability a token carries at `now`, or Unauthorized.
+    Callers pass their own clock, so one component's notion of time decides expiry."""
+
+    def __call__(self, token: str, *, now: datetime | None = None) -> Capability: ...

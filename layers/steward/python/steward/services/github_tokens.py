@@ -13,22 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
-from steward.domain.capability import Capability, bearer_token
+from steward.domain.capability import Verify, bearer_token
 from steward.domain.errors import Forbidden, LifecycleError, Unauthorized
 from steward.domain.models import TaskStatus, iso, utcnow
 
 if TYPE_CHECKING:  # githubkit costs the runtime function's cold start; only the token route needs it
     from steward.adapters.github import GitHubApp
-
-
-class Verify(Protocol):
-    """`CapabilityVerifier.verify`: the capability a token carries, or Unauthorized."""
-
-    def __call__(self, token: str, *, now: datetime | None = None) -> Capability: ...
 
 
 class GitHubTokens:

@@ -49,7 +49,7 @@ from steward.domain.budget import (
     judge_refusal,
     max_cost,
 )
-from steward.domain.capability import Capability, bearer_token
+from steward.domain.capability import Capability, Verify, bearer_token
 from steward.domain.converse import ConverseRequest, is_valid_text, payload_bytes, text_fields
 from steward.domain.errors import (
     BadRequest,
@@ -90,7 +90,7 @@ RecordOverReport = Callable[[str, Mapping[str, Any], datetime], None]
 
 @dataclass
 class Relay:
-    verify: Callable[[str], Capability]
+    verify: Verify
     budget: BudgetStore
     prices: PriceTable
     provider_for: Callable[[str, PriceEntry], Any]
@@ -109,7 +109,7 @@ class Relay:
         if len(raw) > self.max_body_bytes:
             raise TooLarge(f"request body is over {self.max_body_bytes} bytes", field="body")
         bearer = bearer_token(authorization)
-        capability = self.verify(bearer)
+        capability = self.verify(bearer, now=self.clock())
         data = _load(raw)
         self._screen(data, bearer)
         request = _validate(data)

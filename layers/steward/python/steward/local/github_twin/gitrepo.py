@@ -60,6 +60,9 @@ class GitRepos:
         self.root = root
         self.home = home
         self._git = git_binary()
+        # Facts about two commits never change (commits are immutable): each is asked once.
+        self._stats: dict[tuple[Path, str, str], PullStats] = {}
+        self._ancestry: dict[tuple[Path, str, str], bool] = {}
         root.mkdir(parents=True, exist_ok=True)
         home.mkdir(parents=True, exist_ok=True)
 
@@ -117,22 +120,39 @@ class GitRepos:
         )
         if proc.returncode != 0:
             raise RuntimeError(f"git init failed: {proc.stderr.decode(errors='replace').strip()[:500]}")
-        stamp = f"{author} {int(time.time())} +0000"
-        text = message.encode()
-        stream = [
-            f"commit refs/heads/{default_branch}\n".encode(),
-            f"author {stamp}\ncommitter {stamp}\n".encode(),
-            f"data {len(text)}\n".encode() + text + b"\n",
-        ]
-        for path, content in sorted(files.items()):
-            data = content.encode() if isinstance(content, str) else content
-            stream.append(f"M 100644 inline {path}\n".encode())
-            stream.append(f"data {len(data)}\n".encode() + data + b"\n")
-        stream.append(b"done\n")
-        self._run(repo, "fast-import", "--quiet", "--done", stdin=b"".join(stream))
+        self._run(
+            repo,
+            "fast-import",
+            "--quiet",
+            "--done",
+            stdin=_commit_stream(default_branch, files, author, message),
+        )
         sha = self.ref_sha(owner, name, default_branch)
         if sha is None:
             raise RuntimeError("the initial commit was not written")
+        return sha
+
+    def commit(
+        self,
+        owner: str,
+        name: str,
+        branch: str,
+        *,
+        parent: str,
+        files: Mapping[str, str | bytes],
+        author: str,
+        message: str,
+    ) -> str:
+        """Write one commit on top of `parent` holding `files` as changes, and point `branch`
+        at it (created, or moved even if that is not a fast-forward, as a forced push would);
+        its SHA. What a push of a fresh commit does, without a clone."""
+        for path in files:
+            check_path(path)
+        stream = _commit_stream(branch, files, author, message, parent=parent)
+        self._run(self.path(owner, name), "fast-import", "--quiet", "--force", "--done", stdin=stream)
+        sha = self.ref_sha(owner, name, branch)
+        if sha is None:
+            raise RuntimeError("the commit was not written")
         return sha
 
     def ref_sha(self, owner: str, name: str, branch: str) -> str | None:
@@ -156,12 +176,21 @@ class GitRepos:
 
     def is_ancestor(self, owner: str, name: str, ancestor: str, descendant: str) -> bool:
         repo = self.path(owner, name)
-        proc = self._run(repo, "merge-base", "--is-ancestor", ancestor, descendant, ok=(0, 1))
-        return proc.returncode == 0
+        key = (repo, ancestor, descendant)
+        if key not in self._ancestry:
+            proc = self._run(repo, "merge-base", "--is-ancestor", ancestor, descendant, ok=(0, 1))
+            self._ancestry[key] = proc.returncode == 0
+        return self._ancestry[key]
 
     def stats(self, owner: str, name: str, base_sha: str, head_sha: str) -> PullStats:
         """Commits of head not in base, the three-dot diff's size, and a clean-merge check."""
         repo = self.path(owner, name)
+        key = (repo, base_sha, head_sha)
+        if key not in self._stats:
+            self._stats[key] = self._stats_of(repo, base_sha, head_sha)
+        return self._stats[key]
+
+    def _stats_of(self, repo: Path, base_sha: str, head_sha: str) -> PullStats:
         count = self._run(repo, "rev-list", "--count", f"{base_sha}..{head_sha}").stdout
         numstat = self._run(repo, "diff", "--numstat", f"{base_sha}...{head_sha}").stdout
         additions = deletions = files = 0
@@ -218,6 +247,27 @@ class GitRepos:
         if moved.returncode != 0:
             raise RefMoved(base_ref)
         return new_sha, base_sha
+
+
+def _commit_stream(
+    branch: str, files: Mapping[str, str | bytes], author: str, message: str, *, parent: str | None = None
+) -> bytes:
+    """A `git fast-import` stream of one commit on `branch` (on top of `parent`, if given)."""
+    stamp = f"{author} {int(time.time())} +0000"
+    text = message.encode()
+    stream = [
+        f"commit refs/heads/{branch}\n".encode(),
+        f"author {stamp}\ncommitter {stamp}\n".encode(),
+        f"data {len(text)}\n".encode() + text + b"\n",
+    ]
+    if parent is not None:
+        stream.append(f"from {parent}\n".encode())
+    for path, content in sorted(files.items()):
+        data = content.encode() if isinstance(content, str) else content
+        stream.append(f"M 100644 inline {path}\n".encode())
+        stream.append(f"data {len(data)}\n".encode() + data + b"\n")
+    stream.append(b"done\n")
+    return b"".join(stream)
 
 
 def check_path(path: str) -> None:

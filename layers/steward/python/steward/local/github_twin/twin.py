@@ -240,6 +240,33 @@ class GitHubTwin(Running):
             pull = self._set_state(repo, number, "open", self._human)
             return self._pull_json(repo, pull, full=True)
 
+    def push(self, token: str, full_name: str, branch: str, files: Mapping[str, str]) -> str:
+        """What a runtime's `git push` of one new commit on top of the default branch does,
+        without a clone (a test's shortcut, for tests that do not exercise git itself): the
+        token must be a live one of this twin that may write the repository, as smart HTTP
+        demands; `branch` is created or moved. The new commit's SHA."""
+        status, message = self.git_access(
+            "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode(), full_name, write=True
+        )
+        if status != 200:
+            raise TwinError(status, message)
+        if not _BRANCH.match(branch):
+            raise ValueError(f"invalid branch name {branch!r}")
+        with self._lock:
+            repo = self._repo(full_name)
+            parent = self._git.ref_sha(repo.owner, repo.name, repo.default_branch)
+            if parent is None:
+                raise RuntimeError(f"{full_name} has no default branch")
+            return self._git.commit(
+                repo.owner,
+                repo.name,
+                branch,
+                parent=parent,
+                files=files,
+                author=f"{self._bot.login} <bot@steward.invalid>",
+                message=f"Change on {branch}",
+            )
+
     # -- looking -----------------------------------------------------------------------------
 
     def pulls(self, full_name: str) -> list[Json]:
@@ -247,6 +274,22 @@ class GitHubTwin(Running):
         with self._lock:
             repo = self._repo(full_name)
             return [self._pull_json(repo, p, full=True) for p in self._pulls[repo.id].values()]
+
+    def pull_states(self, full_name: str) -> list[dict[str, Any]]:
+        """Every pull request's number, head, state and merge, oldest first: what a test checks
+        after each step, without the git work of the full shape."""
+        with self._lock:
+            repo = self._repo(full_name)
+            return [
+                {
+                    "number": p.number,
+                    "head_ref": p.head_ref,
+                    "head_sha": p.head_sha,
+                    "state": p.state,
+                    "merged": p.merged,
+                }
+                for p in self._pulls[repo.id].values()
+            ]
 
     def pull(self, full_name: str, number: int) -> Json:
         with self._lock:

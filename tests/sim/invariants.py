@@ -1,0 +1,253 @@
+"""What must hold after every step of every schedule, and at its end (issue: deterministic
+simulation). State is read from moto's backend directly, so checking makes no request, fires
+no hook and meets no fault.
+
+Status changes are checked at every write, not only between steps: one step (a heartbeat, a
+webhook with another rule interleaved) can make several, and each must be one transition of
+the tables in `steward.domain.lifecycle`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from steward.adapters.runtime_api import RuntimeApiError
+from steward.domain import lifecycle
+from steward.domain.loop import LoopSettingsUpdate
+from steward.domain.models import ItemStatus, PlanStatus, TaskStatus
+
+from tests.sim.world import USER, Runtime, World
+
+if TYPE_CHECKING:
+    from tests.sim.machine import ControlPlane
+
+LIVE_TASKS = frozenset({"queued", "running", "review"})
+ACTIVE_PLANS = frozenset({"confirmed", "in_progress"})
+FINISHED_ITEMS = frozenset({"merged", "closed", "failed", "done", "removed"})
+CONVERGENCE_ROUNDS = 14  # ticks, each after a resync period and a reaper grace
+
+
+class Checker:
+    def __init__(self, world: World) -> None:
+        self.w = world
+        self.violations: list[str] = []
+        self.approved: set[tuple[str, str, int]] = set()  # (slug, item key, revision) ever approved
+        self.passed: dict[str, set[str]] = {}  # task id -> checks its runtime saw pass
+        self.pushed: dict[str, str] = {}  # task id -> the commit its runtime pushed
+        self._tasks: dict[str, str] = {}
+        self._plans: dict[str, str] = {}
+        self._items: dict[tuple[str, str], str] = {}
+        self._logs_seen = world.logs_from
+        world.on_write.append(self.observe)
+        self.observe()
+
+    # ---- reads
+    def task_rows(self) -> dict[str, dict[str, Any]]:
+        return {r["task_id"]: r for r in self.w.rows("tasks")}
+
+    def task_status(self, task_id: str) -> str | None:
+        row = self.task_rows().get(task_id)
+        return None if row is None else str(row["status"])
+
+    def branch_of(self, task_id: str) -> str:
+        return str(self.task_rows()[task_id]["branch"])
+
+    # ---- every write
+    def observe(self) -> None:
+        """Each status change since the last write must be a transition of its table."""
+        for task_id, row in self.task_rows().items():
+            new = str(row["status"])
+            old = self._tasks.get(task_id)
+            if old is None and new != TaskStatus.QUEUED.value:
+                self.violations.append(f"task {task_id[:12]} was created {new}, not queued")
+            elif old is not None and not lifecycle.task_change_allowed(TaskStatus(old), TaskStatus(new)):
+                self.violations.append(f"task {task_id[:12]} went {old} -> {new}")
+            self._tasks[task_id] = new
+        for row in self.w.rows("plans"):
+            slug, new = str(row["slug"]), str(row["status"])
+            old = self._plans.get(slug)
+            if old is not None and not lifecycle.plan_change_allowed(PlanStatus(old), PlanStatus(new)):
+                self.violations.append(f"plan {slug} went {old} -> {new}")
+            self._plans[slug] = new
+            for key, item in (row.get("items") or {}).items():
+                status = str(item["status"])
+                before = self._items.get((slug, key))
+                if before is not None and not lifecycle.item_change_allowed(
+                    ItemStatus(before), ItemStatus(status)
+                ):
+                    self.violations.append(f"item {slug}/{key[:8]} went {before} -> {status}")
+                self._items[(slug, key)] = status
+            if row.get("approved_hash") and row.get("approved_hash") == row.get("content_hash"):
+                for key, item in (row.get("items") or {}).items():
+                    if not item.get("removed"):
+                        self.approved.add((slug, key, int(item["revision"])))
+
+    # ---- every step
+    def check(self) -> None:
+        w = self.w
+        self.observe()
+        problems = list(self.violations)
+        tasks = self.task_rows()
+        plans = {str(r["slug"]): r for r in w.rows("plans")}
+        keys = Counter(
+            (r["plan_id"], r["item_key"], int(r["revision"]), int(r["attempt"])) for r in tasks.values()
+        )
+        problems += [
+            f"{n} tasks for one item attempt {k[1][:8]}/r{k[2]}/a{k[3]}" for k, n in keys.items() if n > 1
+        ]
+        for task_id, row in tasks.items():
+            if (row["plan_slug"], row["item_key"], int(row["revision"])) not in self.approved:
+                problems.append(f"task {task_id[:12]} exists for an item revision nobody confirmed")
+            cap = Decimal(str(row["budget_usd"]))
+            for name in ("committed_usd", "cost_usd"):
+                if Decimal(str(row.get(name, 0))) > cap:
+                    problems.append(f"task {task_id[:12]}: {name} {row.get(name)} over its cap {cap}")
+        for run in w.ecs.runs:
+            env = {
+                e["name"]: e["value"]
+                for e in run["overrides"]["containerOverrides"][0].get("environment", [])
+            }
+            if env.get("STEWARD_TASK_ID") not in tasks:
+                problems.append("ECS started a runtime for no task")
+        problems += self._pull_requests(tasks)
+        problems += self._liveness(plans, tasks)
+        problems += self._secrets()
+        assert not problems, "; ".join(problems)
+
+    def _pull_requests(self, tasks: dict[str, dict[str, Any]]) -> list[str]:
+        problems: list[str] = []
+        by_branch = {str(r["branch"]): r for r in tasks.values()}
+        open_per_item: Counter[tuple[str, str, int]] = Counter()
+        for pull in self.w.twin.pull_states(self.w.repo):
+            row = by_branch.get(pull["head_ref"])
+            if row is None:
+                problems.append(f"pull request #{pull['number']} of no task")
+                continue
+            if pull["state"] == "open":
+                open_per_item[(row["plan_slug"], row["item_key"], int(row["revision"]))] += 1
+            required = set(row.get("checks") or ())
+            if not required <= self.passed.get(row["task_id"], set()):
+                problems.append(f"pull request #{pull['number']} without every required check passed")
+            if self.pushed.get(row["task_id"]) != pull["head_sha"]:
+                problems.append(f"pull request #{pull['number']} is not of the tree its checks passed on")
+        problems += [
+            f"{n} open pull requests for item {k[1][:8]}/r{k[2]}" for k, n in open_per_item.items() if n > 1
+        ]
+        return problems
+
+    def _liveness(self, plans: dict[str, dict[str, Any]], tasks: dict[str, dict[str, Any]]) -> list[str]:
+        live_tasks = any(r["status"] in LIVE_TASKS for r in tasks.values())
+        open_plans = any(
+            p["status"] in ACTIVE_PLANS
+            and any(
+                not i.get("removed") and i["status"] not in FINISHED_ITEMS
+                for i in (p.get("items") or {}).values()
+            )
+            for p in plans.values()
+        )
+        user = next((r for r in self.w.rows("users") if r.get("user") == USER), {})
+        if (live_tasks or open_plans) and not user.get("live_shard"):
+            return ["the user has live work but is not in the live index (stranded)"]
+        return []
+
+    def _secrets(self) -> list[str]:
+        secrets = [s for s in self.w.secrets if s]
+        if not secrets:
+            return []
+        texts = [
+            json.dumps(self.w.rows(t), default=str)
+            for t in ("tasks", "events", "plans", "deliveries", "users", "tickets")
+        ]
+        texts += self.w.run.logs.lines[self._logs_seen :]
+        self._logs_seen = len(self.w.run.logs.lines)
+        return [
+            "a secret the run issued was persisted or logged" for s in secrets if any(s in t for t in texts)
+        ][:1]
+
+    def after_acknowledged(self, delivery: Any) -> None:
+        """An acknowledged merge is recorded at once: never "200, then lose"."""
+        if delivery.event != "pull_request":
+            return
+        payload = json.loads(delivery.body)
+        pull = payload.get("pull_request") or {}
+        if payload.get("action") != "closed" or not pull.get("merged"):
+            return
+        row = next((r for r in self.w.rows("tasks") if r["branch"] == pull["head"]["ref"]), None)
+        if row is not None and row["status"] not in ("merged", "cancelled"):
+            raise AssertionError(f"an acknowledged merge left its task {row['status']}")
+
+
+def refused(w: World, runtime: Runtime, status: str | None) -> None:
+    """The relay and the token route refuse a runtime whose task is not running."""
+    request = {
+        "messages": [{"role": "user", "content": [{"text": "More."}]}],
+        "inferenceConfig": {"maxTokens": 16},
+    }
+    for call in (
+        lambda: w.api.converse(runtime.capability or "", request),
+        lambda: w.api.github_token(runtime.capability or ""),
+    ):
+        try:
+            call()
+        except RuntimeApiError:
+            continue  # refused (or a fault answered): nothing was admitted
+        raise AssertionError(f"a runtime of a task that is {status} was served")
+
+
+def converge(machine: ControlPlane) -> None:
+    """Faults stop; the person lets the loop run and a reviewer merges every pull request. A
+    bounded number of rounds (each: a resync period and a reaper grace pass, a tick, the
+    runtimes run, webhooks arrive) brings every confirmed plan to a terminal state, and every
+    merged pull request is recorded on its task."""
+    w = machine.w
+    w.board.reset()
+    w.board.armed.clear()
+    w.twin.faults.reset()
+    settings = LoopSettingsUpdate(paused=False, daily_spawn_cap=100, max_parallel=3)
+    w.users.update_loop_settings(USER, settings, now=w.clocks.of("api")(), clear_quiet_hours=True)
+    for _ in range(CONVERGENCE_ROUNDS):
+        if _settled(machine):
+            return
+        w.clocks.advance(200)
+        machine._act(lambda: w.heartbeats["a"].tick(USER))
+        w.adopt_launched()
+        for runtime in list(w.runtimes.values()):
+            for _ in range(10):
+                if not runtime.alive:
+                    break
+                machine._act(lambda runtime=runtime: machine._step(runtime, "ok"))
+        for pull in w.twin.pull_states(w.repo):
+            if pull["state"] == "open":
+                w.twin.merge(w.repo, pull["number"])
+        for pending in w.pending_deliveries():  # in order: each opening, then each merge
+            machine._act(lambda pending=pending: w.send(pending))
+        working = {r.task_id for r in w.runtimes.values() if r.alive}
+        if any(r["status"] in ("queued", "running") and r["task_id"] not in working for r in w.rows("tasks")):
+            machine._act(machine._do_reap)  # a runtime died: its task waits for the reaper
+        machine.checker.check()
+    assert _settled(machine), "no convergence: " + _describe(machine)
+
+
+def _settled(machine: ControlPlane) -> bool:
+    w = machine.w
+    if any(r["status"] in ACTIVE_PLANS for r in w.rows("plans")):
+        return False
+    tasks = {str(r["branch"]): r for r in w.rows("tasks")}
+    for pull in w.twin.pull_states(w.repo):
+        row = tasks.get(pull["head_ref"])
+        if pull["merged"] and row is not None and row["status"] not in ("merged", "cancelled"):
+            return False
+    return True
+
+
+def _describe(machine: ControlPlane) -> str:
+    w = machine.w
+    plans = [
+        (r["slug"], r["status"], {k[:6]: i["status"] for k, i in (r.get("items") or {}).items()})
+        for r in w.rows("plans")
+    ]
+    tasks = [(r["task_id"][:8], r["status"], r.get("classification")) for r in w.rows("tasks")]
+    return f"plans {plans}; tasks {tasks}; pulls {w.twin.pull_states(w.repo)}"
