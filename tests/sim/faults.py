@@ -53,7 +53,6 @@ class FaultBoard:
     requests: int = 0  # every DynamoDB request of the run
     armed: list[Armed] = field(default_factory=list)
     depth: int = 0
-    suspended: bool = False
     _params: dict[str, Any] = field(default_factory=dict)
     _client: Any = None
 
@@ -68,7 +67,6 @@ class FaultBoard:
     def reset(self) -> None:
         self.armed.clear()
         self.depth = 0
-        self.suspended = False
 
     def arm(
         self, kind: str, countdown: int, action: Callable[[], None] | None = None, label: str = ""
@@ -81,8 +79,6 @@ class FaultBoard:
 
     # ---- hooks
     def _take(self, operation: str, kinds: tuple[str, ...]) -> Armed | None:
-        if self.suspended:
-            return None
         for armed in self.armed:
             if armed.kind not in kinds:
                 continue

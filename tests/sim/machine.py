@@ -28,7 +28,7 @@ from steward.domain.models import TaskStatus
 
 from tests.sim import invariants
 from tests.sim.faults import DYNAMO_FAULTS
-from tests.sim.world import BUDGET, MODEL, USER, Run, Runtime, World
+from tests.sim.world import BUDGET, COMPONENTS, MODEL, USER, Run, Runtime, World
 
 TITLES = (
     "Add a greeting",
@@ -340,9 +340,7 @@ class ControlPlane(RuleBasedStateMachine):
         self._after_rule()
 
     @rule(
-        component=st.sampled_from(
-            ("api", "heartbeat", "heartbeat_b", "reaper", "runtime", "relay", "webhook")
-        ),
+        component=st.sampled_from(COMPONENTS),
         seconds=st.sampled_from((-5, -1, 1, 5)),
     )
     def skew(self, component: str, seconds: int) -> None:

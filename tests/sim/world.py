@@ -51,7 +51,6 @@ from steward.domain.errors import ProviderError, ProviderOutcomeUnknown
 from steward.domain.ids import live_shard
 from steward.domain.installations import Installation
 from steward.domain.launch import RuntimeEndpoints
-from steward.domain.redaction import Redactor
 from steward.domain.resync import ResyncPolicy
 from steward.domain.webhooks import WebhookSecret
 from steward.local.github_twin import GitHubTwin
@@ -74,7 +73,6 @@ from tests.sim.transport import LambdaTransport
 from tests.support.fake_ecs import FakeEcs
 
 REGION = "us-east-1"
-ACCOUNT = "123456789012"
 USER = "alice"
 OWNER = "acme"
 BUCKET = "sim-artifacts"
@@ -83,7 +81,15 @@ MODEL = "scripted-pricey"  # $100/$500 per million tokens: a few calls reach a s
 BUDGET = "0.10"
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)  # fixed: a schedule replays to the microsecond
 RESYNC_PERIOD = timedelta(seconds=60)
-COMPONENTS = ("api", "heartbeat", "heartbeat_b", "reaper", "runtime", "relay", "webhook")
+COMPONENTS = (
+    "api",
+    "heartbeat",
+    "heartbeat_b",
+    "reaper",
+    "runtime",
+    "relay",
+    "webhook",
+)  # each its own clock
 API_HOST, RELAY_HOST = "runtime.sim", "relay.sim"
 
 
@@ -161,7 +167,6 @@ class Runtime:
     token: str | None = field(default=None, repr=False)
     installation_id: int | None = None
     head: str | None = None
-    checks_passed_at: str | None = None  # the tree the passing checks ran on
     pull: PullRef | None = None
 
 
@@ -392,7 +397,6 @@ class World:
         self.secrets: set[str] = set()  # every credential the run issued
         self.delivered: list[str] = []  # delivery ids sent at least once, in order
         self.dropped: set[str] = set()  # deliveries GitHub never managed to send
-        self.acknowledged: set[str] = set()
         self.users.update_loop_settings(
             USER,
             _settings(interval_seconds=1, max_parallel=3, daily_spawn_cap=20),
@@ -420,9 +424,6 @@ class World:
             if runtime is not None:
                 runtime.alive = False
 
-    def redactor(self) -> Redactor:
-        return Redactor(sorted(self.secrets))
-
     def runtime_github(self, runtime: Runtime) -> InstallationClient:
         assert runtime.token is not None
         token = InstallationToken(runtime.token, datetime.now(UTC) + timedelta(hours=1), self.repo)
@@ -441,8 +442,9 @@ class World:
     def delivery(self, delivery_id: str) -> Any:
         return next(d for d in self.twin.deliveries[self.delivered_from :] if d.delivery_id == delivery_id)
 
-    def send(self, delivery: Any) -> bool:
-        """POST it to the receiver as hookshot would; True when acknowledged (a 2xx)."""
+    def send(self, delivery: Any) -> None:
+        """POST it to the receiver as hookshot would; returning is acknowledging (a 2xx), an
+        exception is the receiver's error answer (GitHub does not retry it)."""
         headers = {
             "Content-Type": "application/json",
             "X-GitHub-Event": delivery.event,
@@ -453,8 +455,6 @@ class World:
         if delivery.delivery_id not in self.delivered:
             self.delivered.append(delivery.delivery_id)
         self.receiver.receive(delivery.body, headers)
-        self.acknowledged.add(delivery.delivery_id)
-        return True
 
 
 def _settings(**values: Any) -> Any:
