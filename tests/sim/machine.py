@@ -16,14 +16,17 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from steward.adapters.github import GitHubError
+from steward.adapters.liveness import LivenessIndex
 from steward.adapters.runtime_api import BudgetExhausted, RuntimeApiError
 from steward.domain.errors import StewardError
+from steward.domain.loop import LoopSettingsUpdate
 from steward.domain.models import TaskStatus
 
 from tests.sim import invariants
@@ -123,7 +126,7 @@ class ControlPlane(RuleBasedStateMachine):
         is expected only when a fault fired meanwhile."""
         before = sum(self.w.board.fired.values())
         twin_before = self.w.twin.faults.snapshot()
-        ecs_before = self.w.ecs._throttle
+        ecs_before = self.w.ecs.throttles_armed
         try:
             return fn()
         except StewardError as exc:
@@ -135,7 +138,7 @@ class ControlPlane(RuleBasedStateMachine):
             faulted = (
                 sum(self.w.board.fired.values()) > before
                 or self.w.twin.faults.snapshot() != twin_before
-                or self.w.ecs._throttle != ecs_before
+                or self.w.ecs.throttles_armed != ecs_before
             )
             if not faulted:
                 raise
@@ -148,7 +151,7 @@ class ControlPlane(RuleBasedStateMachine):
         for name, count in twin_before.items():
             if after[name] < count:
                 self.w.board.fired[f"twin:{name}"] += count - after[name]
-        if self.w.ecs._throttle < ecs_before:
+        if self.w.ecs.throttles_armed < ecs_before:
             self.w.board.note("ecs_throttle")
 
     def _nested(self, name: str) -> Callable[[], None]:
@@ -296,8 +299,6 @@ class ControlPlane(RuleBasedStateMachine):
             "parallel_1": {"max_parallel": 1},
             "parallel_3": {"max_parallel": 3},
         }.get(change, {})
-        from steward.domain.loop import LoopSettingsUpdate  # noqa: PLC0415
-
         update = LoopSettingsUpdate.model_validate(values)
         self._act(
             lambda: self.w.users.update_loop_settings(
@@ -309,8 +310,6 @@ class ControlPlane(RuleBasedStateMachine):
     # ---- the loop
     @rule()
     def scheduler(self) -> None:
-        from steward.adapters.liveness import LivenessIndex  # noqa: PLC0415
-
         users = self._act(lambda: list(LivenessIndex(self.w.tables).all_live_users())) or []
         for user in users:
             self._act(lambda user=user: self.w.heartbeats["a"].tick(user))
@@ -344,8 +343,6 @@ class ControlPlane(RuleBasedStateMachine):
         seconds=st.sampled_from((-5, -1, 1, 5)),
     )
     def skew(self, component: str, seconds: int) -> None:
-        from datetime import timedelta  # noqa: PLC0415
-
         self.w.clocks.skew[component] = timedelta(seconds=seconds)
         self.w.board.note("clock_skew")
         self._after_rule()

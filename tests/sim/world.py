@@ -51,6 +51,7 @@ from steward.domain.errors import ProviderError, ProviderOutcomeUnknown
 from steward.domain.ids import live_shard
 from steward.domain.installations import Installation
 from steward.domain.launch import RuntimeEndpoints
+from steward.domain.loop import LoopSettingsUpdate
 from steward.domain.resync import ResyncPolicy
 from steward.domain.webhooks import WebhookSecret
 from steward.local.github_twin import GitHubTwin
@@ -399,7 +400,7 @@ class World:
         self.dropped: set[str] = set()  # deliveries GitHub never managed to send
         self.users.update_loop_settings(
             USER,
-            _settings(interval_seconds=1, max_parallel=3, daily_spawn_cap=20),
+            LoopSettingsUpdate(interval_seconds=1, max_parallel=3, daily_spawn_cap=20),
             now=T0,
             clear_quiet_hours=False,
         )
@@ -455,12 +456,6 @@ class World:
         if delivery.delivery_id not in self.delivered:
             self.delivered.append(delivery.delivery_id)
         self.receiver.receive(delivery.body, headers)
-
-
-def _settings(**values: Any) -> Any:
-    from steward.domain.loop import LoopSettingsUpdate  # noqa: PLC0415
-
-    return LoopSettingsUpdate.model_validate(values)
 
 
 _DESERIALIZER = TypeDeserializer()

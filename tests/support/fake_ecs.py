@@ -61,6 +61,12 @@ class FakeEcs:
         with self._lock:
             self._throttle += count
 
+    @property
+    def throttles_armed(self) -> int:
+        """How many of the next calls will still be throttled."""
+        with self._lock:
+            return self._throttle
+
     def fail_next_run(self, reason: str = "RESOURCE:MEMORY") -> None:
         with self._lock:
             self._run_failures.append(reason)

@@ -345,11 +345,11 @@ class PlanStore:
     # ---- the item projection of a task's status
     def project_item(self, task: Task, *, now: datetime) -> bool:
         """Copy a task's status onto its plan item, if the item still points at this task and
-        its status is one the projection may move from (`lifecycle.projection_sources`: a
+        its status is one the projection may move from (`lifecycle.PROJECTION_SOURCES`: a
         late or replayed projection never overwrites a newer status, e.g. a cancel repeated
         after a person's retry). The task is the truth; the loop repairs a lost projection."""
         item_status = lifecycle.ITEM_STATUS_OF[task.status]
-        sources = sorted(lifecycle.projection_sources(item_status))
+        sources = sorted(lifecycle.PROJECTION_SOURCES[item_status])
         if not sources:
             return False
         source_values = {f":from{n}": status.value for n, status in enumerate(sources)}

@@ -223,12 +223,15 @@ ITEM_TRANSITIONS: frozenset[tuple[ItemStatus, ItemStatus]] = _union(ITEM_CHANGES
 ITEM_INITIAL = frozenset({I.PENDING, I.DONE})
 
 
-def projection_sources(target: ItemStatus) -> frozenset[ItemStatus]:
-    """The item statuses a task's projection may move to `target` (the condition of
-    `PlanStore.project_item`): a late projection of an older task status never lands on a
-    newer item status, such as a cancel replayed after a person's retry reopened the item."""
-    projections = ITEM_CHANGES["project"] | ITEM_CHANGES["project_retried"]
-    return frozenset(old for old, new in projections if new is target)
+# The item statuses a task's projection may move to each target (the condition of
+# `PlanStore.project_item`): a late projection of an older task status never lands on a
+# newer item status, such as a cancel replayed after a person's retry reopened the item.
+PROJECTION_SOURCES: dict[ItemStatus, frozenset[ItemStatus]] = {
+    target: frozenset(
+        old for old, new in ITEM_CHANGES["project"] | ITEM_CHANGES["project_retried"] if new is target
+    )
+    for target in ItemStatus
+}
 
 
 def item_change_allowed(old: ItemStatus, new: ItemStatus) -> bool:
