@@ -87,6 +87,10 @@ class Checker:
 
     # ---- every step
     def check(self) -> None:
+        with self.w.snapshot():
+            self._check()
+
+    def _check(self) -> None:
         w = self.w
         self.observe()
         problems = list(self.violations)

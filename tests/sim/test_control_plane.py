@@ -1,5 +1,5 @@
-"""The deterministic simulation's CI profile: 500 schedules of the control plane under faults
-(`tests.sim.machine`), run by two worker processes of 250 (`tests.sim.runner`; one per core,
+"""The deterministic simulation's CI profile: at least 500 schedules of the control plane under faults
+(`tests.sim.machine`), run by two worker processes of about 260 (`tests.sim.runner`; one per core,
 a schedule is one thread). `make sim` runs the long profile and takes a seed.
 
 A fixed seed and no example database: every CI run explores the same schedules, and a
@@ -18,6 +18,7 @@ from tests.sim.machine import FAULT_KINDS
 from tests.sim.runner import report, run_workers
 
 CI_SEED = 20261202
+MIN_SCHEDULES = 500
 
 
 @pytest.mark.timeout(900)
@@ -30,5 +31,7 @@ def test_the_control_plane_keeps_its_invariants_and_converges_under_faults(
         print("\n" + line)
     failures = [str(s["failure"]) for s in summaries if s["failure"]]
     assert not failures, "\n\n".join(failures)
+    schedules = sum(int(s["schedules"]) for s in summaries)
+    assert schedules >= MIN_SCHEDULES, f"the CI profile ran {schedules} schedules, fewer than {MIN_SCHEDULES}"
     missing = [kind for kind in FAULT_KINDS if fired[kind] == 0]
     assert not missing, f"fault kinds never fired over the profile: {missing}"

@@ -56,6 +56,7 @@ from steward.domain.resync import ResyncPolicy
 from steward.domain.webhooks import WebhookSecret
 from steward.local.github_twin import GitHubTwin
 from steward.local.moto_serial import install_dynamodb_lock
+from steward.local.moto_speed import install_moto_shortcuts
 from steward.services import reaper
 from steward.services.github_tokens import GitHubTokens
 from steward.services.heartbeat import Heartbeat
@@ -177,6 +178,7 @@ class Run:
 
     def __init__(self, root: Path) -> None:
         install_dynamodb_lock()
+        install_moto_shortcuts()
         self.board = FaultBoard()
         self.logs = LogCapture()
         self.count = 0
@@ -398,6 +400,7 @@ class World:
         self.secrets: set[str] = set()  # every credential the run issued
         self.delivered: list[str] = []  # delivery ids sent at least once, in order
         self.dropped: set[str] = set()  # deliveries GitHub never managed to send
+        self._snapshot: dict[str, list[dict[str, Any]]] | None = None
         self.users.update_loop_settings(
             USER,
             LoopSettingsUpdate(interval_seconds=1, max_parallel=3, daily_spawn_cap=20),
@@ -407,7 +410,21 @@ class World:
 
     # ---- the world as stored (read from moto's backend: no request, no hook, no fault)
     def rows(self, logical: str) -> list[dict[str, Any]]:
-        return [_plain(item.to_json()["Attributes"]) for item in self.run.backend_table(logical).all_items()]
+        if self._snapshot is not None and logical in self._snapshot:
+            return self._snapshot[logical]
+        rows = [_plain(item.to_json()["Attributes"]) for item in self.run.backend_table(logical).all_items()]
+        if self._snapshot is not None:
+            self._snapshot[logical] = rows
+        return rows
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Read each table once for a block that makes no request (an invariant check)."""
+        self._snapshot = {}
+        try:
+            yield
+        finally:
+            self._snapshot = None
 
     # ---- runtimes
     def adopt_launched(self) -> None:

@@ -1,8 +1,9 @@
 """An in-process moto server on loopback: the AWS endpoint of the local stack and the tests.
 
 It runs moto's own `ThreadedMotoServer` bound to 127.0.0.1 on a free port, with DynamoDB
-serialized first (see `moto_serial`). Backends are process-global in moto, so two servers in
-one process share state, and `mock_aws` starting or stopping in the same process resets it.
+serialized first (see `moto_serial`) and moto's short cuts installed (`moto_speed`). Backends
+are process-global in moto, so two servers in one process share state, and `mock_aws`
+starting or stopping in the same process resets it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import urllib.request
 from moto.server import ThreadedMotoServer
 
 from steward.local.moto_serial import install_dynamodb_lock
+from steward.local.moto_speed import install_moto_shortcuts
 from steward.local.running import Running
 
 _HOST = "127.0.0.1"
@@ -61,6 +63,7 @@ class MotoServer(Running):
         if self._server is not None:
             return
         install_dynamodb_lock()
+        install_moto_shortcuts()
         _quiet_werkzeug()
         if self._port:
             _check_bindable(self._port)
