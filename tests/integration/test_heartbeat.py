@@ -12,7 +12,8 @@ from datetime import timedelta
 import pytest
 from steward.adapters.dynamo import count_requests
 from steward.adapters.liveness import LivenessIndex
-from steward.domain.models import PlanStatus, Task, TaskStatus
+from steward.domain.errors import LifecycleError
+from steward.domain.models import ItemStatus, PlanStatus, Task, TaskStatus
 from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.heartbeat import LEASE_TTL, Outcome
 from steward.tables import TASKS
@@ -267,6 +268,28 @@ def one_failed_task(loop: Loop) -> Task:
     return failed
 
 
+def test_the_failed_task_of_a_deleted_checkbox_cannot_be_retried(loop: Loop) -> None:
+    """Deleting the checkbox ended that work: a retry of its failed task is refused and
+    changes nothing (it would otherwise reopen the plan for an item that is not there)."""
+    confirmed(loop, "Alpha", "Beta", max_attempts=1)
+    tick(loop)
+    alpha = loop.services.plans.get("alice", "demo").active_items[0]
+    first = loop.tasks.get(alpha.task_id or "")
+    assert first is not None
+    failed, _ = loop.tasks.transition(
+        first, TaskStatus.FAILED, now=loop.clock(), event="finished", classification="final"
+    )
+    loop.tasks.project_item(failed, now=loop.clock())
+    confirmed(loop, "Beta", max_attempts=1)  # Alpha's checkbox is deleted
+    before = loop.services.plans.get("alice", "demo")
+    assert [i.removed for i in before.items if i.task_id == failed.id] == [True]
+    with pytest.raises(LifecycleError):
+        loop.services.tasks.retry("alice", failed.id)
+    after = loop.services.plans.get("alice", "demo")
+    assert (after.status, after.version) == (before.status, before.version)
+    assert loop.tasks.get(failed.id) == failed
+
+
 def scheduled_ticks(loop: Loop) -> list[str]:
     """Tick every user the scheduler would send (the liveness index); return who spawned."""
     loop.clock.advance(2)
@@ -477,6 +500,30 @@ def test_lost_item_projection_is_repaired(loop: Loop) -> None:
     tick(loop)
     plan = loop.services.plans.get("alice", "demo")
     assert plan.active_items[0].status.value == "failed"
+    assert plan.status is PlanStatus.COMPLETED
+
+
+@pytest.mark.parametrize("final", [TaskStatus.MERGED, TaskStatus.CLOSED])
+def test_a_lost_projection_of_a_merge_or_close_is_repaired_and_the_plan_completes(
+    loop: Loop, final: TaskStatus
+) -> None:
+    """The webhook moved the task from review to merged (or closed) and its delivery was
+    recorded, but the item's projection was lost: no redelivery will come, so the loop
+    copies the task's status over, and the plan completes instead of waiting forever."""
+    confirmed(loop, "A")
+    tick(loop)
+    [row] = all_tasks(loop)
+    task = loop.tasks.get(str(row["task_id"]))
+    assert task is not None
+    for status in (TaskStatus.RUNNING, TaskStatus.REVIEW):
+        task, _ = loop.tasks.transition(task, status, now=loop.clock(), event=status.value)
+    loop.tasks.project_item(task, now=loop.clock())
+    loop.tasks.transition(task, final, now=loop.clock(), event="github_event")
+    assert loop.services.plans.get("alice", "demo").active_items[0].status is ItemStatus.REVIEW
+    tick(loop)
+    tick(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan.active_items[0].status.value == final.value
     assert plan.status is PlanStatus.COMPLETED
 
 

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import pytest
 from steward.domain.errors import Conflict, LifecycleError
-from steward.domain.models import ItemStatus, PlanStatus, utcnow
+from steward.domain.models import ItemStatus, PlanStatus, TaskStatus, utcnow
 from steward.domain.tasks import task_for
 from steward.tables import TASKS
 from steward.wiring import Services
@@ -196,3 +196,37 @@ def test_inserting_a_checkbox_at_the_top_moves_no_task_to_other_text(services: S
         task = services.tasks.get("alice", item.task_id)
         assert task.title == item.title
         assert item.status is ItemStatus.RUNNING
+
+
+@pytest.mark.parametrize("projected", [True, False], ids=["item_in_review", "review_projection_lost"])
+def test_a_retry_spawn_after_its_previous_task_was_revived_to_review_is_refused(
+    services: Services, projected: bool
+) -> None:
+    """The loop read attempt 1 as a retryable failure and spawns attempt 2; meanwhile a
+    pull request webhook revived attempt 1 to review (its runtime had pushed before its
+    stream died). The spawn, built from the stale read, must not start a second attempt
+    beside a task in review: two open pull requests for one item revision."""
+    services.plans.publish("alice", "demo", document("Alpha"))
+    plan = services.plans.confirm("alice", "demo")
+    first, _ = spawn_item(services, plan, 1)
+    store = services.tasks.tasks
+    failed, _ = store.transition(
+        first,
+        TaskStatus.FAILED,
+        now=utcnow(),
+        event="failed",
+        classification="retryable",
+        reason="stream lost",
+    )
+    store.project_item(failed, now=utcnow())
+    stale = services.plans.get("alice", "demo")  # what the loop read: item failed, retryable
+    revived, _ = store.transition(failed, TaskStatus.REVIEW, now=utcnow(), event="github_event")
+    if projected:
+        store.project_item(revived, now=utcnow())
+    retry = task_for(stale, stale.active_items[0], attempt=2, now=utcnow())
+    with pytest.raises(LifecycleError):
+        store.spawn(retry, previous_task_id=first.id, now=utcnow())
+    assert [t["task_id"] for t in stored_tasks(services)] == [first.id]
+    item = services.plans.get("alice", "demo").active_items[0]
+    assert item.task_id == first.id
+    assert item.status is (ItemStatus.REVIEW if projected else ItemStatus.FAILED)

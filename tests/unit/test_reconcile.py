@@ -200,11 +200,25 @@ def test_queued_task_not_yet_launched_is_launched() -> None:
     assert all(not isinstance(a, Launch) for a in reconcile([plan], [launched], NOW, OPEN).actions)
 
 
-def test_item_whose_task_is_no_longer_live_is_repaired() -> None:
+@pytest.mark.parametrize("shown", [ItemStatus.RUNNING, ItemStatus.REVIEW])
+def test_item_whose_task_is_no_longer_live_is_repaired(shown: ItemStatus) -> None:
+    """The item still shows its task running or in review, but the task finished (failed,
+    merged, closed) and the projection of that change was lost: the loop copies it over,
+    else the plan would wait forever for an item nobody will move."""
     plan, task = running(make_plan("A", status=PlanStatus.IN_PROGRESS), 1)
+    plan = with_item(plan, 1, status=shown, task_id=task.id)
     decision = reconcile([plan], [], NOW, OPEN)
     assert decision.actions == (RepairItem(plan.slug, task.id),)
     assert not decision.settles  # the next tick must look again, though no event happened
+
+
+def test_an_item_in_review_with_its_task_in_review_needs_no_repair() -> None:
+    plan, task = running(make_plan("A", status=PlanStatus.IN_PROGRESS), 1)
+    plan = with_item(plan, 1, status=ItemStatus.REVIEW, task_id=task.id)
+    reviewed = task.model_copy(update={"status": TaskStatus.REVIEW})
+    decision = reconcile([plan], [reviewed], NOW, OPEN)
+    assert decision.actions == ()
+    assert decision.settles
 
 
 def test_completing_the_last_plan_ends_the_users_live_work() -> None:

@@ -81,8 +81,10 @@ def item_link_update(
     """The plan part of spawning `task`: link it to its item and mark the item running and
     the plan in progress, on the condition that the plan still approves its current content
     with the item at this revision and not removed, and that the item is linked to
-    `previous_task_id` (None: no task yet and still pending). The item's `supersedes` goes:
-    the loop fenced that task before this spawn (`steward.services.heartbeat`)."""
+    `previous_task_id` (None: no task yet) and is pending (retried by a person) or failed
+    (a retryable failure): never in review, where a webhook may have revived that task
+    since the loop read it (`lifecycle.ITEM_CHANGES["spawn"]`). The item's `supersedes`
+    goes: the loop fenced that task before this spawn (`steward.services.heartbeat`)."""
     names = {"#s": "status", "#v": "version", "#k": task.item_key, "#items": "items"}
     values: dict[str, Any] = {
         ":tid": task.id,
@@ -95,12 +97,12 @@ def item_link_update(
         ":now": iso(now),
         ":one": 1,
     }
+    values[":pending"] = ItemStatus.PENDING.value
     if previous_task_id is None:
         link_condition = "attribute_not_exists(#items.#k.task_id) AND #items.#k.#s = :pending"
-        values[":pending"] = ItemStatus.PENDING.value
     else:
-        link_condition = "#items.#k.task_id = :prev"
-        values[":prev"] = previous_task_id
+        link_condition = "#items.#k.task_id = :prev AND #items.#k.#s IN (:pending, :failed)"
+        values |= {":prev": previous_task_id, ":failed": ItemStatus.FAILED.value}
     return {
         "TableName": tables.name(PLANS),
         "Key": {"user": task.user, "slug": task.plan_slug},
@@ -117,8 +119,9 @@ def item_link_update(
 def item_reopen_update(tables: Tables, task: Task, *, now: datetime) -> dict[str, Any]:
     """The plan part of an explicit retry of `task`: its item goes back to pending, still
     linked to `task` (the next spawn's previous task), on the condition that the plan
-    approves its current content and `task` is the item's task at this revision. A
-    completed plan reopens: the retried item is work again."""
+    approves its current content, `task` is the item's task at this revision and the item's
+    checkbox was not deleted (a removed item is no work to reopen). A completed plan
+    reopens: the retried item is work again."""
     return {
         "TableName": tables.name(PLANS),
         "Key": {"user": task.user, "slug": task.plan_slug},
@@ -126,7 +129,7 @@ def item_reopen_update(tables: Tables, task: Task, *, now: datetime) -> dict[str
         "#s = :in_progress, updated_at = :now ADD #v :one",
         "ConditionExpression": "#s IN (:confirmed, :in_progress, :completed) "
         "AND approved_hash = content_hash "
-        "AND #items.#k.task_id = :tid AND #items.#k.revision = :rev",
+        "AND #items.#k.task_id = :tid AND #items.#k.revision = :rev AND #items.#k.removed = :false",
         "ExpressionAttributeNames": {
             "#k": task.item_key,
             "#items": "items",
@@ -143,6 +146,7 @@ def item_reopen_update(tables: Tables, task: Task, *, now: datetime) -> dict[str
             ":completed": PlanStatus.COMPLETED.value,
             ":tid": task.id,
             ":rev": task.revision,
+            ":false": False,
         },
     }
 

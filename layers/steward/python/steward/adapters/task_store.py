@@ -194,6 +194,10 @@ class TaskStore:
         ]
         if charge is not None:
             actions.append({"Update": spawn_charge_update(self._tables, task.user, charge, now=now)})
+        if previous_task_id is not None:
+            # The item's status is only a projection, which may have been lost: the previous
+            # task itself must still be finished without a pull request under review.
+            actions.append({"ConditionCheck": self._retryable_condition(previous_task_id)})
         try:
             self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         except ClientError as exc:
@@ -210,13 +214,35 @@ class TaskStore:
                 raise SpawnRefused(
                     "the plan no longer approves this item revision for a new task", reason="plan"
                 ) from exc
-            if len(reasons) > 2 and reasons[2].get("Code") == "ConditionalCheckFailed":
+            if charge is not None and reasons[2].get("Code") == "ConditionalCheckFailed":
                 raise SpawnRefused(
                     "the loop is paused or disabled, the daily spawn cap is reached, or the lease moved",
                     reason="loop",
                 ) from exc
+            if previous_task_id is not None and reasons[-1].get("Code") == "ConditionalCheckFailed":
+                raise SpawnRefused(
+                    "the item's previous task is no longer finished (a pull request revived it)",
+                    reason="plan",
+                ) from exc
             raise Conflict("a concurrent write touched the same items; retry") from exc
         return task, True
+
+    def _retryable_condition(self, task_id: str, *, user: str | None = None) -> dict[str, Any]:
+        """The task (of `user`, when given) is failed, cancelled or closed: what may be retried."""
+        values = {f":r{n}": s.value for n, s in enumerate(sorted(lifecycle.RETRYABLE_TASK_STATUSES))}
+        condition = f"#s IN ({', '.join(values)})"
+        names = {"#s": "status"}
+        if user is not None:
+            condition = "#u = :u AND " + condition
+            names["#u"] = "user"
+            values[":u"] = user
+        return {
+            "TableName": self._tables.name(TASKS),
+            "Key": {"task_id": task_id},
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
 
     # ---- status changes with durable events
     def transition(
@@ -535,22 +561,10 @@ class TaskStore:
         """Ask the loop for another attempt of a finished task's item: the item goes back to
         pending while still linked to `task`, which the next spawn checks as its previous
         task (DESIGN section 4, explicit retry). Only the item's current task can be retried."""
-        retryable = (TaskStatus.FAILED, TaskStatus.CLOSED, TaskStatus.CANCELLED)
-        if task.status not in retryable:
+        if task.status not in lifecycle.RETRYABLE_TASK_STATUSES:
             raise LifecycleError(f"a task that is {task.status.value} cannot be retried", field="status")
         actions: list[Any] = [
-            {
-                "ConditionCheck": {
-                    "TableName": self._tables.name(TASKS),
-                    "Key": {"task_id": task.id},
-                    "ConditionExpression": "#u = :u AND #s IN (:a, :b, :c)",
-                    "ExpressionAttributeNames": {"#u": "user", "#s": "status"},
-                    "ExpressionAttributeValues": {
-                        ":u": task.user,
-                        **{f":{n}": s.value for n, s in zip("abc", retryable, strict=True)},
-                    },
-                }
-            },
+            {"ConditionCheck": self._retryable_condition(task.id, user=task.user)},
             {"Update": item_reopen_update(self._tables, task, now=now)},
             # The wake, not a bare watermark bump: a heartbeat may hold the lease now, and the
             # tick it is finishing must not take the user out of the liveness index.
@@ -562,5 +576,5 @@ class TaskStore:
             if error_code(exc) != "TransactionCanceledException":
                 raise
             raise LifecycleError(
-                "only the current task of an item in an active plan can be retried", field="task_id"
+                "only the current task of an item still in an active plan can be retried", field="task_id"
             ) from exc

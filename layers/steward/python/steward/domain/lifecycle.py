@@ -153,7 +153,8 @@ TASK_TRANSITIONS: frozenset[tuple[TaskStatus, TaskStatus]] = frozenset(
     (source, target) for target, sources in TASK_SOURCES.items() for source in sources
 )
 TASK_INITIAL = frozenset({T.QUEUED})
-# The statuses of a task a person may retry (`TaskStore.request_retry`).
+# The statuses of a task a person may retry (`TaskStore.request_retry`), and that a retry
+# spawn requires of the previous task (`TaskStore.spawn`).
 RETRYABLE_TASK_STATUSES = frozenset({T.FAILED, T.CLOSED, T.CANCELLED})
 
 

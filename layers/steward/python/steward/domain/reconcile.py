@@ -70,8 +70,9 @@ class CompletePlan:
 
 @dataclass(frozen=True)
 class RepairItem:
-    """The item says its task runs, but the task is not live: copy the task's final status
-    onto the item (the projection write after a task finished was lost)."""
+    """The item says its task runs or is in review, but the task is not live: copy the
+    task's final status onto the item (the projection write after the task finished was
+    lost: a runtime's failure, a merge or close from a webhook or resync)."""
 
     plan_slug: str
     task_id: str
@@ -164,7 +165,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
         repairs = [
             RepairItem(plan.slug, i.task_id)
             for i in plan.items
-            if i.status is ItemStatus.RUNNING and i.task_id and i.task_id not in live_by_id
+            if i.status in _SHOWN_LIVE and i.task_id and i.task_id not in live_by_id
         ]
         spawns = [
             replace(s, plan_slug=plan.slug)
@@ -201,3 +202,5 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
 
 # Tasks that occupy a parallel slot.
 _RUNS = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})
+# The item statuses that say its task is live (the task is queued, running or in review).
+_SHOWN_LIVE = frozenset({ItemStatus.RUNNING, ItemStatus.REVIEW})
