@@ -52,6 +52,10 @@ def _decimal_usd(name: str, raw: str) -> Decimal:
     return value
 
 
+def _optional_usd(name: str, raw: str) -> Decimal | None:
+    return _decimal_usd(name, raw) if raw else None
+
+
 def _positive_int(name: str, raw: str) -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"{name} must be a positive integer, got {raw!r}")
@@ -239,6 +243,14 @@ SETTINGS: tuple[Setting, ...] = (
         doc="how old a review task's last look at GitHub may get before the loop looks again",
     ),
     _setting(
+        "STEWARD_SPEND_LIMIT_USD_PER_HOUR",
+        "spend_limit_usd_per_hour",
+        {"reaper"},
+        parse=_optional_usd,
+        doc="the spend-velocity breaker: when the relay's settled spend across all tasks in the last "
+        "hour passes this, the reaper engages the global brake (unset: no breaker)",
+    ),
+    _setting(
         "STEWARD_GITHUB_RESYNC_MAX_CALLS",
         "github_resync_max_calls",
         {"heartbeat"},
@@ -374,6 +386,7 @@ class Settings:
     github_api_url: str | None = None
     github_resync_seconds: int = 900
     github_resync_max_calls: int = 20
+    spend_limit_usd_per_hour: Decimal | None = None
     webhook_secret_id: str | None = None
     webhook_secret: str | None = field(default=None, repr=False)
     launcher: str = "fargate"

@@ -90,6 +90,9 @@ TASKS = TableSpec(
         Index("live_deadline", Key("live_shard"), Key("deadline")),
         # Sparse: tasks with relay reservations outstanding, for the reaper's expiry sweep.
         Index("reserved", Key("reservation_shard"), Key("task_id")),
+        # Sparse: tasks the relay has charged, by their last settlement, for the reaper's
+        # spend-velocity breaker (the spend of the last hour, never all history).
+        Index("spending", Key("spend_shard"), Key("settled_at")),
     ),
     doc="One item per task attempt, created only by spawn (attribute_not_exists).",
 )
@@ -130,4 +133,21 @@ DELIVERIES = TableSpec(
     "redelivery has no second effect; TTL cleans up.",
 )
 
-ALL_TABLES: tuple[TableSpec, ...] = (PLANS, TASKS, EVENTS, USERS, INSTALLATIONS, TICKETS, DELIVERIES)
+CONTROLS = TableSpec(
+    "controls",
+    partition=Key("name"),
+    doc="Operator controls of the whole deployment: the global brake (`name = brake`). Written by "
+    "the operator's `steward admin brake` and by the reaper's spend-velocity breaker, read by the "
+    "relay and the heartbeat through a cache at most 5 s stale.",
+)
+
+ALL_TABLES: tuple[TableSpec, ...] = (
+    PLANS,
+    TASKS,
+    EVENTS,
+    USERS,
+    INSTALLATIONS,
+    TICKETS,
+    DELIVERIES,
+    CONTROLS,
+)
