@@ -24,7 +24,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "scheduler": ("UsersScheduled",),
     "heartbeat": ("TasksSpawned", "MalformedTicks", *(f"Tick_{o.value}" for o in Outcome)),
     "relay": ("CallsAdmitted", "ProviderOverReport"),
-    "reaper": ("TasksReaped", "ReservationsExpired"),
+    "reaper": ("TasksReaped", "ReservationsExpired", "SpendBrakeEngaged", "SpendLastHourUsd"),
     "webhook": tuple(f"Delivery_{s}" for s in get_args(Status)),
     "api": tuple(f"Refused{s}" for s in (400, 401, 403, 404, 409, 413, 429, 500)),
 }
@@ -94,6 +94,13 @@ class Monitoring(Construct):
             steward_metric("reaper", "ReservationsExpired"),
             1,
             "relay reservations expired unsettled (a relay call died between reserve and settle)",
+        )
+        alarm(
+            "SpendBrakeEngaged",
+            steward_metric("reaper", "SpendBrakeEngaged"),
+            1,
+            "the spend-velocity breaker engaged the global brake: no model call or spawn until an "
+            "operator runs `steward admin brake off`",
         )
         alarm(
             "ProviderOverReport",

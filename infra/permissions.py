@@ -9,7 +9,17 @@ ARNs too, granted with `Query`.
 from __future__ import annotations
 
 from steward.config import Function
-from steward.tables import DELIVERIES, EVENTS, INSTALLATIONS, PLANS, TASKS, TICKETS, USERS, TableSpec
+from steward.tables import (
+    CONTROLS,
+    DELIVERIES,
+    EVENTS,
+    INSTALLATIONS,
+    PLANS,
+    TASKS,
+    TICKETS,
+    USERS,
+    TableSpec,
+)
 
 GET, QUERY, PUT, UPDATE, DELETE, CHECK = (
     "dynamodb:GetItem",
@@ -34,7 +44,7 @@ TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
     "scheduler": {USERS: (QUERY,)},
     # Lease and watermark, plans' items, spawn (task put + plan item + user charge), tickets
     # for the launched runtimes, the resync's reads of installations (for_owner: the
-    # by_owner index; get_synced).
+    # by_owner index; get_synced), the global brake before a spawn.
     "heartbeat": {
         USERS: (GET, UPDATE),
         PLANS: (GET, QUERY, UPDATE),
@@ -42,18 +52,22 @@ TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
         EVENTS: (PUT,),
         TICKETS: (PUT,),
         INSTALLATIONS: (GET, QUERY),
+        CONTROLS: (GET,),
     },
-    # Overdue tasks (live_deadline), expired reservations (reserved), the failure events
-    # and the owners' wake-ups.
+    # Overdue tasks (live_deadline), expired reservations (reserved), the last hour's spend
+    # (spending), the failure events and the owners' wake-ups; the spend-velocity breaker
+    # reads and engages the global brake.
     "reaper": {
         TASKS: (GET, QUERY, UPDATE),
         EVENTS: (PUT,),
         USERS: (UPDATE,),
         PLANS: (UPDATE,),
+        CONTROLS: (GET, UPDATE),
     },
     # Reserve and settle on the task item; an over-report appends one event (a consistent
-    # read of the task, then a transaction: Update of the task, Put of the event).
-    "relay": {TASKS: (GET, UPDATE), EVENTS: (PUT,)},
+    # read of the task, then a transaction: Update of the task, Put of the event); the
+    # global brake (read at most every 5 s).
+    "relay": {TASKS: (GET, UPDATE), EVENTS: (PUT,), CONTROLS: (GET,)},
     # Deliveries (seen: get; mark: a Put in the effect's transaction), the tasks a delivery
     # moves, installations (get, get_synced, put_synced: an update).
     "webhook": {

@@ -3,8 +3,14 @@
 The integration timeout is raised above API Gateway's default 29 s for model calls: it
 needs the account's quota "Maximum integration timeout in milliseconds" (Service Quotas,
 API Gateway) raised to at least RELAY_TIMEOUT_SECONDS for REST APIs; without it deploy
-fails. `application/vnd.amazon.eventstream` is a binary media type so Bedrock's event
-stream passes through unaltered.
+fails.
+
+Binary media types are `*/*`: API Gateway returns a Lambda's base64 body as binary only when
+the request's first Accept header matches a binary media type, and boto3's `converse_stream`
+sends no Accept header, so only `*/*` lets Bedrock's event stream (base64 from the Lambda)
+reach it as bytes. The price is that every request body arrives base64-encoded; the relay
+decodes it (`steward.relay_handler`). A text answer (JSON, SSE) is not base64 and passes as
+it is.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
+from steward.domain.routes import RELAY_BINARY_MEDIA_TYPES
 
 RELAY_TIMEOUT_SECONDS = 300
-EVENT_STREAM = "application/vnd.amazon.eventstream"
 
 
 class Relay(Construct):
@@ -32,7 +38,7 @@ class Relay(Construct):
             "RestApi",
             handler=function,
             proxy=True,
-            binary_media_types=[EVENT_STREAM],
+            binary_media_types=list(RELAY_BINARY_MEDIA_TYPES),
             description="Steward relay: model calls under a capability (checked by the relay)",
             endpoint_types=[apigateway.EndpointType.REGIONAL],
             cloud_watch_role=True,

@@ -11,6 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 from steward.config import Function
+from steward.tables import CONTROLS
 
 from infra.api import Api
 from infra.functions import ROOT, TIMEOUTS, StewardFunction, build_layers
@@ -88,6 +89,7 @@ class StewardStack(Stack):
         for name, value in (
             ("STEWARD_DEFAULT_MODEL", ctx("defaultModel")),
             ("STEWARD_MAX_BUDGET_USD", ctx("maxBudgetUsd")),
+            ("STEWARD_SPEND_LIMIT_USD_PER_HOUR", ctx("spendLimitUsdPerHour")),
         ):
             if value:
                 env[name] = str(value)
@@ -146,6 +148,21 @@ class StewardStack(Stack):
         CfnOutput(self, "GitHubPrivateKeySecret", value=storage.github_private_key.secret_arn)
         CfnOutput(self, "WebhookSecretArn", value=storage.webhook_secret.secret_arn)
         CfnOutput(self, "TablePrefix", value=prefix)
+        # Operators attach this to whoever may pull or release the global brake
+        # (`steward admin brake on|off`): the controls table's brake item, nothing else.
+        brake_operator = iam.ManagedPolicy(
+            self,
+            "BrakeOperatorPolicy",
+            description="Steward: read, engage and release the global brake",
+            statements=[
+                iam.PolicyStatement(
+                    actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
+                    resources=[storage.tables[CONTROLS].table_arn],
+                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["brake"]}},
+                )
+            ],
+        )
+        CfnOutput(self, "BrakeOperatorPolicyArn", value=brake_operator.managed_policy_arn)
         if api.user_pool is not None and api.client is not None:
             CfnOutput(self, "UserPoolId", value=api.user_pool.user_pool_id)
             CfnOutput(self, "UserPoolClientId", value=api.client.user_pool_client_id)

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -99,6 +100,11 @@ def test_loop_commands_and_clear_errors(local_up: tuple[subprocess.Popen[str], P
     missing = run(state_file, "task", "show", "t000000000000000000000000")
     assert missing.returncode == 1
     assert "404" in missing.stderr
+    # The module's stack is shared: quiet hours left set would hold alice's loop (and its
+    # resync) for the later tests whenever they run inside the window.
+    cleared = run(state_file, "--json", "loop", "set", "--quiet-hours", "none", "--timezone", "UTC")
+    assert cleared.returncode == 0, cleared.stderr
+    assert json.loads(cleared.stdout)["quiet_hours"] is None
 
 
 def test_local_token_and_admin_link(local_up: tuple[subprocess.Popen[str], Path]) -> None:
@@ -122,23 +128,144 @@ def test_local_capability_drives_the_relay_from_outside(local_up: tuple[subproce
     )
     assert made.returncode == 0, made.stderr
     fixture = json.loads(made.stdout)
-    relay = json.loads(state_file.read_text())["relay_url"] + "/v1/relay/converse"
+    state = json.loads(state_file.read_text())
+    relay = state["relay_url"] + "/v1/relay/converse"
+    assert relay.startswith("https://")
     body = {
         "messages": [{"role": "user", "content": [{"text": "hello"}]}],
         "inferenceConfig": {"maxTokens": 100},
     }
     auth = {"Authorization": f"Bearer {fixture['capability']}"}
-    answered = httpx.post(relay, json=body, headers=auth, timeout=30)
+    client = httpx.Client(verify=ssl.create_default_context(cafile=state["ca_bundle"]), timeout=30)
+    plain = httpx.post(state["relay_http_url"] + "/v1/relay/converse", json=body, timeout=30)
+    assert plain.status_code == 401  # the runner's plain-http door: the same relay
+    answered = client.post(relay, json=body, headers=auth)
     assert answered.status_code == 200, answered.text
     steward = answered.json()["steward"]
     assert Decimal(steward["cost_usd"]) > 0
     assert Decimal(steward["remaining_usd"]) == Decimal("0.002") - Decimal(steward["cost_usd"])
-    assert httpx.post(relay, json=body, timeout=30).status_code == 401
+    assert client.post(relay, json=body).status_code == 401
     statuses = []
     while len(statuses) < 300 and (not statuses or statuses[-1] == 200):
-        statuses.append(httpx.post(relay, json=body, headers=auth, timeout=30).status_code)
+        statuses.append(client.post(relay, json=body, headers=auth).status_code)
     assert statuses[-1] == 402, statuses  # one caller at a time: spent, never "held"
     assert set(statuses[:-1]) == {200}
+
+
+STOCK_BOTO3 = """
+import json, sys
+import boto3
+client = boto3.client("bedrock-runtime")
+messages = [{"role": "user", "content": [{"text": "hello from a stock client"}]}]
+answer = client.converse(modelId="scripted", messages=messages)
+stream = client.converse_stream(modelId="scripted", messages=messages)
+events = [name for event in stream["stream"] for name in event]
+try:
+    client.converse(modelId="another-model", messages=messages)
+    pinned = None
+except client.exceptions.AccessDeniedException as exc:
+    pinned = exc.response["Error"]["Code"]
+print(json.dumps({
+    "text": answer["output"]["message"]["content"][0]["text"],
+    "cost": answer["ResponseMetadata"]["HTTPHeaders"]["x-steward-cost-usd"],
+    "events": events,
+    "pinned": pinned,
+}))
+"""
+
+
+def stock_env(state: dict[str, object], capability: str) -> dict[str, str]:
+    """Only what a user of stock boto3 sets (plus PATH and HOME to run Python at all)."""
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": str(state["relay_url"]),
+        "AWS_BEARER_TOKEN_BEDROCK": capability,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CA_BUNDLE": str(state["ca_bundle"]),
+    }
+
+
+def test_stock_boto3_with_only_its_environment_calls_the_local_relay_over_https(
+    local_up: tuple[subprocess.Popen[str], Path],
+) -> None:
+    _, state_file = local_up
+    state = json.loads(state_file.read_text())
+    fixture = json.loads(
+        run(
+            state_file,
+            "local",
+            "capability",
+            "--user",
+            "alice",
+            "--budget-usd",
+            "0.05",
+            "--model",
+            "scripted",
+        ).stdout
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", STOCK_BOTO3],
+        env=stock_env(state, fixture["capability"]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert "hello from a stock client" in seen["text"]
+    assert Decimal(seen["cost"]) > 0
+    assert seen["events"][0] == "messageStart"
+    assert seen["events"][-1] == "metadata"
+    assert seen["pinned"] == "AccessDeniedException"
+
+
+def test_admin_brake_stops_model_calls_until_released(local_up: tuple[subprocess.Popen[str], Path]) -> None:
+    _, state_file = local_up
+    state = json.loads(state_file.read_text())
+    fixture = json.loads(
+        run(
+            state_file,
+            "local",
+            "capability",
+            "--user",
+            "alice",
+            "--budget-usd",
+            "0.05",
+            "--model",
+            "scripted",
+        ).stdout
+    )
+    client = httpx.Client(verify=ssl.create_default_context(cafile=state["ca_bundle"]), timeout=30)
+    url = state["relay_url"] + "/v1/relay/converse"
+    body = {
+        "messages": [{"role": "user", "content": [{"text": "hello"}]}],
+        "inferenceConfig": {"maxTokens": 64},
+    }
+    auth = {"Authorization": f"Bearer {fixture['capability']}"}
+    on = run(state_file, "admin", "brake", "on", "--reason", "incident 42")
+    assert on.returncode == 0, on.stderr
+    assert "brake on since" in on.stdout
+    assert "incident 42" in on.stdout
+    assert "unchanged" in run(state_file, "admin", "brake", "on").stdout
+    deadline = time.monotonic() + 10  # the relay's cache is at most 5 s stale
+    while (answer := client.post(url, json=body, headers=auth)).status_code == 200:
+        assert time.monotonic() < deadline, "the brake never reached the relay"
+        time.sleep(0.5)
+    assert answer.status_code == 503
+    assert answer.json()["error"]["code"] == "brake_engaged"
+    status = json.loads(run(state_file, "--json", "admin", "brake", "status").stdout)
+    assert status["engaged"] is True
+    assert status["reason"] == "incident 42"
+    off = run(state_file, "admin", "brake", "off")
+    assert off.returncode == 0
+    assert "brake off" in off.stdout
+    deadline = time.monotonic() + 10
+    while (answer := client.post(url, json=body, headers=auth)).status_code == 503:
+        assert time.monotonic() < deadline, "the release never reached the relay"
+        time.sleep(0.5)
+    assert answer.status_code == 200, answer.text
 
 
 def opened_pull_request(state_file: Path, tmp_path: Path) -> tuple[str, int, str]:

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from steward.domain.routes import RELAY_BINARY_MEDIA_TYPES
 from steward.queues import HEARTBEAT
 from steward.tables import ALL_TABLES, TableSpec
 
 from infra.functions import TIMEOUTS
-from infra.relay import EVENT_STREAM, RELAY_TIMEOUT_SECONDS
+from infra.relay import RELAY_TIMEOUT_SECONDS
 from infra.runner import CPU, EPHEMERAL_GIB, MEMORY_MIB
 from tests.infra.helpers import ROOT, function_id, of_type, render, statements_of_role
 
@@ -121,7 +122,7 @@ def test_http_api_routes_the_client_api_behind_jwt_and_runtime_routes_outside(
 
 def test_relay_rest_api_streams_event_streams_with_a_raised_timeout(resources: dict[str, Any]) -> None:
     (api,) = of_type(resources, "AWS::ApiGateway::RestApi").values()
-    assert api["Properties"]["BinaryMediaTypes"] == [EVENT_STREAM]
+    assert api["Properties"]["BinaryMediaTypes"] == list(RELAY_BINARY_MEDIA_TYPES) == ["*/*"]
     methods = of_type(resources, "AWS::ApiGateway::Method").values()
     assert methods
     for method in methods:

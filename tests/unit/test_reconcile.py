@@ -192,6 +192,21 @@ def test_plan_with_an_item_in_review_is_not_complete() -> None:
     assert reconcile([plan], [review], NOW, OPEN).actions == ()
 
 
+def test_the_brake_holds_every_spawn_but_not_launches_and_keeps_the_loop_looking() -> None:
+    plan, _ = running(make_plan("A", "B", "C"), 1)
+    queued = task_of(plan, 1, status=TaskStatus.QUEUED, launched=False)
+    braked = Policy(max_parallel=10, spawns_left=100, spawning_stopped=True)
+    decision = reconcile([plan], [queued], NOW, braked)
+    assert spawns(decision.actions) == []
+    assert Launch(queued.id) in decision.actions  # already spawned: its launch is not a new spawn
+    assert [s.item_key for s in decision.waiting] == [item(plan, 2).key, item(plan, 3).key]
+    assert not decision.blocked_by_cap  # it waits for an operator, not for tomorrow
+    assert not decision.settles  # a release advances no watermark: the next tick looks again
+    released = reconcile([plan], [queued], NOW, OPEN)
+    assert len(spawns(released.actions)) == 2
+    assert released.settles
+
+
 def test_queued_task_not_yet_launched_is_launched() -> None:
     plan, _ = running(make_plan("A"), 1)
     task = task_of(plan, 1, status=TaskStatus.QUEUED, launched=False)

@@ -235,6 +235,38 @@ def cmd_admin_link(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_admin_brake(args: argparse.Namespace) -> int:
+    """The operators' global brake: `on` refuses every new model call (503 brake_engaged) and
+    stops new spawns within 5 s; `off` releases it (and restarts the breaker's window)."""
+    import getpass  # noqa: PLC0415
+
+    from steward.adapters.brake_store import BrakeStore  # noqa: PLC0415
+    from steward.domain.models import utcnow  # noqa: PLC0415
+    from steward.wiring import operator_tables  # noqa: PLC0415
+
+    store = BrakeStore(operator_tables(args.state_file or DEFAULT_STATE_FILE))
+    by = f"operator {getpass.getuser()}"
+    if args.mode == "on":
+        brake, changed = store.engage(reason=args.reason, by=by, now=utcnow())
+    elif args.mode == "off":
+        brake, changed = store.release(by=by, now=utcnow())
+    else:
+        brake, changed = store.read(), False
+    data = {
+        "engaged": brake.engaged,
+        "changed": changed,
+        "reason": brake.reason,
+        "by": brake.by,
+        "since": brake.since.isoformat() if brake.since else None,
+        "released_at": brake.released_at.isoformat() if brake.released_at else None,
+    }
+    return _emit(
+        args,
+        data,
+        lambda _: f"brake {brake.describe()}" + ("" if changed or args.mode == "status" else " (unchanged)"),
+    )
+
+
 def cmd_login(args: argparse.Namespace) -> int:
     settings = login.LoginSettings.merge(
         {
@@ -409,6 +441,12 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     p.add_argument("--user", dest="sub", required=True, help="the user's JWT sub")
     p.add_argument("--force", action="store_true", help="move it from another user")
     p.set_defaults(func=cmd_admin_link)
+    p = admin.add_parser(
+        "brake", help="the global brake: refuse every new model call and spawn (on), release it (off)"
+    )
+    p.add_argument("mode", choices=["on", "off", "status"])
+    p.add_argument("--reason", default="engaged by an operator", help="shown with the brake's status")
+    p.set_defaults(func=cmd_admin_brake)
     sub.add_parser("demo", help="run the demo on the local stack").set_defaults(func=cmd_demo)
 
 

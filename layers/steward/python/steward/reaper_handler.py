@@ -1,4 +1,5 @@
-"""Reaper Lambda (EventBridge Scheduler): fail stale tasks for every user."""
+"""Reaper Lambda (EventBridge Scheduler): fail stale tasks for every user, charge expired
+reservations, and run the spend-velocity breaker (`steward.services.brake`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from steward import wiring
 from steward.domain.models import utcnow
 from steward.observability import logger_for, metrics_for, tracer_for
+
+# The alarm's metric: the spend-velocity breaker engaged the global brake.
+BRAKE_METRIC = "SpendBrakeEngaged"
 
 logger = logger_for("reaper")
 metrics = metrics_for("reaper")
@@ -28,4 +32,18 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     metrics.add_metric(name="ReservationsExpired", unit=MetricUnit.Count, value=released)
     if failed:
         logger.info("reaped stale tasks", extra={"task_ids": failed})
-    return {"reaped": failed, "reservations_expired": released}
+    check = wiring.spend_breaker().check(now)
+    if check.limit_usd is not None:
+        metrics.add_metric(name="SpendLastHourUsd", unit=MetricUnit.Count, value=float(check.spend_usd))
+    if check.tripped:
+        metrics.add_metric(name=BRAKE_METRIC, unit=MetricUnit.Count, value=1)
+        logger.error(
+            "spend-velocity breaker engaged the brake",
+            extra={"spend_usd": str(check.spend_usd), "limit_usd": str(check.limit_usd)},
+        )
+    return {
+        "reaped": failed,
+        "reservations_expired": released,
+        "spend_last_hour_usd": str(check.spend_usd),
+        "brake_engaged": check.engaged,
+    }

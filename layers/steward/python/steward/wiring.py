@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from steward.adapters.user_store import UserStore
     from steward.domain.launch import Launcher
     from steward.domain.prices import PriceTable
+    from steward.services.brake import CachedBrake, SpendBreaker
     from steward.services.github_tokens import GitHubTokens
     from steward.services.heartbeat import Heartbeat
     from steward.services.mint import Minter
@@ -167,7 +168,27 @@ def relay() -> Relay:
         provider_for=provider,
         record_over_report=record_over_report,
         capability_key_ids=frozenset(settings().capability_key_ids),
+        brake=brake().engaged,
     )
+
+
+@cache
+def brake() -> CachedBrake:
+    """The global brake as the relay and the heartbeat read it: at most 5 s stale."""
+    from steward.adapters.brake_store import BrakeStore  # noqa: PLC0415
+    from steward.services.brake import CachedBrake  # noqa: PLC0415
+
+    return CachedBrake(BrakeStore(tables()).read)
+
+
+@cache
+def spend_breaker() -> SpendBreaker:
+    from steward.adapters.brake_store import BrakeStore  # noqa: PLC0415
+    from steward.adapters.budget_store import BudgetStore  # noqa: PLC0415
+    from steward.services.brake import SpendBreaker  # noqa: PLC0415
+
+    t = tables()
+    return SpendBreaker(BrakeStore(t), BudgetStore(t), settings().spend_limit_usd_per_hour)
 
 
 # ---- runtime routes (ticket exchange, GitHub tokens, claim, heartbeat, events, finish, uploads)
@@ -328,6 +349,7 @@ def heartbeat() -> Heartbeat:
         tickets=TicketStore(t),
         launcher=launcher(),
         resync=resync(),
+        brake=brake().engaged,
     )
 
 
@@ -390,6 +412,8 @@ _BUILDERS: tuple[Callable[..., Any], ...] = (
     capability_verifier,
     api_services,
     relay,
+    brake,
+    spend_breaker,
     minter,
     runtime_service,
     github_tokens,

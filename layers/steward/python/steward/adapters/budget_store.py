@@ -21,6 +21,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import Tables, is_conditional_failure, old_item, plain
+from steward.domain.brake import spend_attribute
 from steward.domain.budget import Refusal, Settlement, charge_for
 from steward.domain.ids import live_shard
 from steward.domain.models import TaskStatus, iso
@@ -101,6 +102,7 @@ class BudgetStore:
         reservation_id: str,
         reserved: Decimal,
         actual: Decimal,
+        now: datetime | None = None,
         expired_before: datetime | None = None,
     ) -> Settlement:
         """Replace the reservation by `actual` (0 releases it), but never by more than
@@ -108,18 +110,29 @@ class BudgetStore:
         excess is added to `over_reported_usd` in the same UpdateItem (`charge_for`), so the
         ceiling holds with settlement included and an over-report costs no extra request
         here. With `expired_before`, only a reservation that expired before then is settled
-        (the reaper's sweep)."""
+        (the reaper's sweep). With `now`, a charge is also added to the five-minute spend bucket
+        of `now` and the task enters the `spending` index, for the spend-velocity breaker
+        (`steward.domain.brake`), in the same UpdateItem."""
         charge = charge_for(reserved, actual)
         condition = "attribute_exists(reservations.#r)"
+        names = {"#r": reservation_id}
         values: dict[str, Any] = {
             ":delta": charge.charged - reserved,
             ":neg": reserved - charge.charged,
             ":actual": charge.charged,
         }
-        update = "REMOVE reservations.#r ADD committed_usd :delta, headroom_usd :neg, cost_usd :actual"
+        adds = ["committed_usd :delta", "headroom_usd :neg", "cost_usd :actual"]
+        sets = []
+        if now is not None and charge.charged > 0:
+            adds.append("#bucket :actual")
+            sets += ["spend_shard = :spend_shard", "settled_at = :settled_at"]
+            names["#bucket"] = spend_attribute(now)
+            values[":spend_shard"] = live_shard(task_id)
+            values[":settled_at"] = iso(now)
         if charge.over_reported > 0:
-            update += ", over_reported_usd :over"
+            adds.append("over_reported_usd :over")
             values[":over"] = charge.over_reported
+        update = "REMOVE reservations.#r ADD " + ", ".join(adds) + (" SET " + ", ".join(sets) if sets else "")
         if expired_before is not None:
             condition += " AND reservations.#r.expires_at < :expired"
             values[":expired"] = iso(expired_before)
@@ -128,7 +141,7 @@ class BudgetStore:
                 Key={"task_id": task_id},
                 UpdateExpression=update,
                 ConditionExpression=condition,
-                ExpressionAttributeNames={"#r": reservation_id},
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -168,6 +181,21 @@ class BudgetStore:
                 for rid, res in (item.get("reservations") or {}).items():
                     if str(res["expires_at"]) < iso(now):
                         out.append((str(item["task_id"]), str(rid), _decimal(res["amount"])))
+            if "LastEvaluatedKey" not in page:
+                return out
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def settled_since(self, shard: str, since: datetime) -> list[dict[str, Any]]:
+        """The shard's task items charged at or after `since` (the `spending` index)."""
+        out: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "IndexName": "spending",
+            "KeyConditionExpression": "spend_shard = :s AND settled_at >= :since",
+            "ExpressionAttributeValues": {":s": shard, ":since": iso(since)},
+        }
+        while True:
+            page = self._table.query(**kwargs)
+            out += [dict(item) for item in page["Items"]]
             if "LastEvaluatedKey" not in page:
                 return out
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -9,6 +9,7 @@ built at import, so registering the handlers once per resolver is all the wiring
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -30,9 +31,13 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     )
 
 
-def error_response(exc: StewardError) -> Response[str]:
-    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RetryLater) else None
-    return json_response(exc.status, exc.to_body(), headers)
+# Reshapes an error answer for the client the route serves (the relay's stock-client
+# surfaces): (status, the documented JSON error, headers) -> the response to send.
+ErrorShape = Callable[[int, dict[str, Any], dict[str, str]], Response[str]]
+
+
+def _plain_shape(status: int, body: dict[str, Any], headers: dict[str, str]) -> Response[str]:
+    return json_response(status, body, headers or None)
 
 
 def check_body_size(raw: str | bytes | None, limit: int) -> None:
@@ -44,8 +49,12 @@ def check_body_size(raw: str | bytes | None, limit: int) -> None:
         raise TooLarge(f"request body is over {limit} bytes", field="body")
 
 
-def install_error_handlers(app: ApiGatewayResolver, logger: Logger, metrics: Metrics | None = None) -> None:
-    """Answer every failure as the documented JSON error; count refusals when `metrics`."""
+def install_error_handlers(
+    app: ApiGatewayResolver, logger: Logger, metrics: Metrics | None = None, shape: ErrorShape | None = None
+) -> None:
+    """Answer every failure as the documented JSON error (reshaped by `shape` when given);
+    count refusals when `metrics`."""
+    answer = shape or _plain_shape
 
     def count(name: str) -> None:
         if metrics is not None:
@@ -55,21 +64,22 @@ def install_error_handlers(app: ApiGatewayResolver, logger: Logger, metrics: Met
         count(f"Refused{exc.status}")
         if exc.status >= 500:
             logger.exception("internal error")
-        return error_response(exc)
+        headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RetryLater) else {}
+        return answer(exc.status, exc.to_body(), headers)
 
     def validation_error(exc: ValidationError) -> Response[str]:
         count("Refused400")
-        return error_response(BadRequest.from_validation(exc))
+        return answer(400, BadRequest.from_validation(exc).to_body(), {})
 
     def not_found(_: NotFoundError) -> Response[str]:
         count("Refused404")
         path = app.current_event.path
-        return json_response(404, {"error": {"code": "not_found", "message": f"no route {path}"}})
+        return answer(404, {"error": {"code": "not_found", "message": f"no route {path}"}}, {})
 
     def unexpected(_: Exception) -> Response[str]:
         count("Failed500")
         logger.exception("unhandled error")
-        return json_response(500, {"error": {"code": "internal", "message": "internal error"}})
+        return answer(500, {"error": {"code": "internal", "message": "internal error"}}, {})
 
     # Registered by call rather than as decorators: Powertools' decorators are untyped.
     app.exception_handler(StewardError)(domain_error)

@@ -101,6 +101,13 @@ class RetryLater(StewardError):
         self.retry_after = retry_after
 
 
+class BrakeEngaged(StewardError):
+    """The operators' global brake refuses every new model call and spawn."""
+
+    status = 503
+    code = "brake_engaged"
+
+
 class ProviderError(StewardError):
     status = 502
     code = "provider_error"

@@ -85,6 +85,7 @@ Action = Spawn | Launch | Cancel | MarkInProgress | CompletePlan | RepairItem
 class Policy:
     max_parallel: int
     spawns_left: int  # of today's daily cap
+    spawning_stopped: bool = False  # the operators' global brake: no spawn at all
 
 
 @dataclass(frozen=True)
@@ -187,16 +188,19 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
             actions.append(MarkInProgress(plan.slug))
 
     slots = max(0, policy.max_parallel - sum(1 for t in live_tasks if t.status in _RUNS))
-    allowed = min(slots, policy.spawns_left)
+    allowed = 0 if policy.spawning_stopped else min(slots, policy.spawns_left)
     actions += candidates[:allowed]
     actions += [Launch(t.id) for t in live_tasks if t.status is TaskStatus.QUEUED and t.launched_at is None]
     waiting = tuple(candidates[allowed:])
     return Decision(
         actions=tuple(actions),
-        blocked_by_cap=bool(waiting) and policy.spawns_left <= slots,
+        blocked_by_cap=bool(waiting) and not policy.spawning_stopped and policy.spawns_left <= slots,
         live_work=live_work,
         waiting=waiting,
-        settles=not any(isinstance(a, RepairItem) for a in actions),
+        # Nothing advances a watermark when the brake is released: spawns it held keep the
+        # loop looking.
+        settles=not any(isinstance(a, RepairItem) for a in actions)
+        and not (policy.spawning_stopped and waiting),
     )
 
 

@@ -12,3 +12,8 @@ EVENTS_PATH = "/v1/runtime/events"
 FINISH_PATH = "/v1/runtime/finish"
 ARTIFACTS_PATH = "/v1/runtime/artifacts"
 CONVERSE_PATH = "/v1/relay/converse"
+
+# The relay's REST API treats every media type as binary: API Gateway returns a Lambda's
+# base64 body as bytes only when the request's first Accept header matches one, and boto3's
+# converse_stream sends none. So every request body reaches the relay base64-encoded.
+RELAY_BINARY_MEDIA_TYPES = ("*/*",)

@@ -19,6 +19,8 @@ Choices where AWS has no local equivalent:
   Lambda never runs two events in one environment at once, and handlers may rely on that
   (Powertools' resolvers keep the current event in class state). Pass `invocation_lock` to
   share one lock between servers of a process, or `contextlib.nullcontext()` to disable it.
+* A REST API's request body is base64 when its Content-Type is not text, or always with the
+  binary media type `*/*` (`binary_media_types`, as the relay's REST API is configured).
 * The path is passed as sent; a path with `.` or `..` segments is refused (400) so that a
   public prefix can never be used to reach an authorized route.
 * Access logs are not written, and neither headers nor events are ever logged.
@@ -31,6 +33,7 @@ import binascii
 import json
 import logging
 import os
+import ssl
 import threading
 import time
 import uuid
@@ -116,6 +119,8 @@ class LambdaHttpServer(Running):
         max_body_bytes: int = 10 * 1024 * 1024,
         function_name: str = "steward-local",
         invocation_lock: AbstractContextManager[Any] | None = None,
+        tls: ssl.SSLContext | None = None,
+        binary_media_types: tuple[str, ...] = (),
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}")
@@ -128,6 +133,9 @@ class LambdaHttpServer(Running):
         self.max_body_bytes = max_body_bytes
         self.function_name = function_name
         self.invocation_lock = invocation_lock if invocation_lock is not None else threading.Lock()
+        self.tls = tls  # serve HTTPS with this server context (`steward.local.tls`)
+        # A REST API's binary media types: with `*/*` every request body arrives base64.
+        self.binary_media_types = binary_media_types
         self._address = (host, port)
         self._server: LocalHttpServer[LambdaHttpServer] | None = None
 
@@ -140,7 +148,7 @@ class LambdaHttpServer(Running):
     def start(self) -> None:
         if self._server is None:
             self._server = LocalHttpServer(
-                self._address, _RequestHandler, self, name=f"lambda-http-{self.function_name}"
+                self._address, _RequestHandler, self, name=f"lambda-http-{self.function_name}", tls=self.tls
             )
             self._server.start()
 
@@ -316,7 +324,10 @@ class _RequestHandler(LocalHandler):
             "isBase64Encoded": False,
         }
         if body:
-            event["body"], event["isBase64Encoded"] = _event_body(body, _header(headers, "content-type"))
+            if "*/*" in self.server.app.binary_media_types:
+                event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode("ascii"), True
+            else:
+                event["body"], event["isBase64Encoded"] = _event_body(body, _header(headers, "content-type"))
         return event
 
     def _authorize(self, adapter: LambdaHttpServer, event: dict[str, Any]) -> None:

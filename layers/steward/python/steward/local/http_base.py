@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import re
+import ssl
 import sys
 import threading
 from collections.abc import Iterable
@@ -45,11 +46,11 @@ _BODILESS = (204, 304)
 App = TypeVar("App")
 
 
-def base_url(address: tuple[Any, ...]) -> str:
+def base_url(address: tuple[Any, ...], scheme: str = "http") -> str:
     """The URL of a bound address; a wildcard bind address is named by its loopback address."""
     host, port = address[:2]
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(str(host), str(host))  # noqa: S104
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 class Refused(Exception):
@@ -70,15 +71,41 @@ class LocalHttpServer(ThreadingHTTPServer, Generic[App]):
     daemon_threads = True  # an open keep-alive connection must not hold up the process's exit
     request_queue_size = BACKLOG
 
-    def __init__(self, address: tuple[str, int], handler: type[LocalHandler], app: App, *, name: str) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[LocalHandler],
+        app: App,
+        *,
+        name: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.app = app
         self.name = name
+        self.tls = tls
         self._thread: threading.Thread | None = None
         super().__init__(address, handler)
 
     @property
     def url(self) -> str:
-        return base_url(self.server_address)
+        return base_url(self.server_address, "https" if self.tls is not None else "http")
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """With `tls`, the handshake runs here, on the connection's own thread (never on the
+        accepting one, which a client that stalls mid-handshake would block for everyone)."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(IDLE_SECONDS)
+        try:
+            secured = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            _LOG.debug("TLS handshake from %s failed with %s", client_address[0], type(exc).__name__)
+            return
+        try:
+            super().finish_request(secured, client_address)
+        finally:
+            secured.close()
 
     def start(self) -> None:
         """Serve on a daemon thread; `stop()` waits at most one poll interval for it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from steward.adapters.task_store import TaskStore
 from steward.config import Settings
 from steward.domain.installations import Installation
 from steward.domain.models import utcnow
-from steward.domain.routes import RUNTIME_PREFIX
+from steward.domain.routes import RELAY_BINARY_MEDIA_TYPES, RUNTIME_PREFIX
+from steward.local import tls as local_tls
 from steward.local.dev_auth import DevIssuer
 from steward.local.event_sources import Schedule, SqsSource
 from steward.local.github_twin import GitHubTwin
@@ -58,6 +60,7 @@ class LocalStack:
     _moto: MotoServer | None = field(default=None, init=False)
     _api: LambdaHttpServer | None = field(default=None, init=False)
     _relay: LambdaHttpServer | None = field(default=None, init=False)
+    _relay_tls: LambdaHttpServer | None = field(default=None, init=False)
     _hub: StreamHub | None = field(default=None, init=False)
     _webhook: LambdaHttpServer | None = field(default=None, init=False)
     _twin: GitHubTwin | None = field(default=None, init=False)
@@ -111,12 +114,14 @@ class LocalStack:
         github = self._start_github()
 
         issuer = DevIssuer.load_or_create(self.state_dir / "dev-jwt-key.pem")
-        api_url, relay_url = self._start_http(issuer)
+        api_url, relay_http_url, relay_url, ca_bundle = self._start_http(issuer)
         stream_url = self._start_stream_hub(issuer, settings.table_prefix, key_id)
-        self._start_loop(settings.table_prefix, api_url, relay_url)
+        self._start_loop(settings.table_prefix, api_url, relay_http_url)
         self.state = {
             "api_url": api_url,
             "relay_url": relay_url,
+            "relay_http_url": relay_http_url,
+            "ca_bundle": ca_bundle,
             "stream_url": stream_url,
             "aws_endpoint_url": self._moto.url,
             "region": LOCAL_REGION,
@@ -186,9 +191,11 @@ class LocalStack:
             "repos": {SAMPLE_REPO: {"installation_id": SEED_INSTALLATION, "clone_url": clone_url}},
         }
 
-    def _start_http(self, issuer: DevIssuer) -> tuple[str, str]:
+    def _start_http(self, issuer: DevIssuer) -> tuple[str, str, str, str]:
         """The HTTP API (user routes behind the JWT authorizer, runtime routes outside it, as
-        two API Gateway routes to two functions) and the relay's REST API."""
+        two API Gateway routes to two functions) and the relay's REST API, served over plain
+        http for the runner and over HTTPS (a CA made now) for stock clients: (API URL,
+        relay http URL, relay HTTPS URL, CA bundle path)."""
         from steward import relay_handler, runtime_handler  # noqa: PLC0415 - configured by the environment
         from steward.api import handler  # noqa: PLC0415
 
@@ -209,11 +216,29 @@ class LocalStack:
             function_name="steward-api",
         )
         self._api.start()
+        # One relay function behind two front doors: one lock, one warm environment.
+        relay_lock = threading.Lock()
+        tls = local_tls.create(self.state_dir)
         self._relay = LambdaHttpServer(
-            relay_handler.lambda_handler, kind="rest_api", host=self.host, function_name="steward-relay"
+            relay_handler.lambda_handler,
+            kind="rest_api",
+            host=self.host,
+            function_name="steward-relay",
+            invocation_lock=relay_lock,
+            binary_media_types=RELAY_BINARY_MEDIA_TYPES,
         )
         self._relay.start()
-        return self._api.url, self._relay.url
+        self._relay_tls = LambdaHttpServer(
+            relay_handler.lambda_handler,
+            kind="rest_api",
+            host=self.host,
+            function_name="steward-relay",
+            invocation_lock=relay_lock,
+            tls=tls.context,
+            binary_media_types=RELAY_BINARY_MEDIA_TYPES,
+        )
+        self._relay_tls.start()
+        return self._api.url, self._relay.url, self._relay_tls.url, str(tls.ca_bundle)
 
     def _start_stream_hub(self, issuer: DevIssuer, prefix: str, key_id: str) -> str:
         """The live terminal view: runtimes post output with their capability, owners watch
@@ -270,9 +295,10 @@ class LocalStack:
         if self._hub is not None:
             self._hub.stop()
             self._hub = None
-        if self._relay is not None:
-            self._relay.stop()
-            self._relay = None
+        for relay in (self._relay, self._relay_tls):
+            if relay is not None:
+                relay.stop()
+        self._relay = self._relay_tls = None
         if self._twin is not None:
             self._twin.stop()
             self._twin = None

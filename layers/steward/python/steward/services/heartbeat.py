@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -83,6 +83,8 @@ class Heartbeat:
     clock: Callable[[], datetime] = utcnow
     owner: str = ""
     resync: Resync | None = None  # None: GitHub is not observed (no App configured)
+    # The operators' global brake (`steward.services.brake.CachedBrake.engaged`): no spawns.
+    brake: Callable[[], bool] = field(default=lambda: False)
 
     def __post_init__(self) -> None:
         self.owner = self.owner or f"hb-{uuid.uuid4().hex[:12]}"
@@ -114,12 +116,12 @@ class Heartbeat:
         plans = self.plans.all_for_user(state.user)
         live = self.tasks.live_for_user(state.user)
         day = gates.local_day(state.settings, now)
-        decision = reconcile(
-            plans,
-            live,
-            now,
-            Policy(max_parallel=state.settings.max_parallel, spawns_left=state.spawns_left(day)),
-        )
+        policy = Policy(max_parallel=state.settings.max_parallel, spawns_left=state.spawns_left(day))
+        decision = reconcile(plans, live, now, policy)
+        # The brake is read only when there is a spawn to hold back (cached, at most 5 s stale).
+        if any(isinstance(action, Spawn) for action in decision.actions) and self.brake():
+            logger.warning("spawns held by the operators' global brake", extra={"user": state.user})
+            decision = reconcile(plans, live, now, replace(policy, spawning_stopped=True))
         sweep = self.resync.start() if self.resync is not None else None
         applier = _Apply(self, state, {p.slug: p for p in plans}, {t.id: t for t in live}, now, day, sweep)
         complete = applier.run(decision.actions)

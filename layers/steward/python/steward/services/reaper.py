@@ -52,6 +52,7 @@ class Reaper:
                     reservation_id=reservation_id,
                     reserved=amount,
                     actual=amount,
+                    now=now,
                     expired_before=now,
                 )
                 charged += settled.applied

@@ -1,8 +1,10 @@
 """The relay: every model call admitted against the task's budget (DESIGN section 5).
 
-Per call: size bound (413) before anything touches storage; capability verified (401);
-body screened and validated (400 naming the field) and its model checked against the pinned
-one (403); the price entry (403 when unknown); one conditional UpdateItem reserves the call's
+Per call: size bound (413) before anything touches storage; capability verified (401); the
+operators' global brake (503, read through a cache at most 5 s stale); body screened,
+translated from the client's wire format by its `Surface` (Steward's own and Bedrock's are
+Converse already; OpenAI's is translated by `steward.domain.openai_chat`) and validated (400
+naming the field) and its model checked against the pinned one (403); the price entry (403 when unknown); one conditional UpdateItem reserves the call's
 maximum cost (input bounded by its UTF-8 byte count, plus `maxTokens` at the output price);
 the provider is called with exactly the admitted `maxTokens`; one conditional UpdateItem
 settles, never for more than the reservation.
@@ -53,6 +55,7 @@ from steward.domain.capability import Capability, Verify, bearer_token
 from steward.domain.converse import ConverseRequest, is_valid_text, payload_bytes, text_fields
 from steward.domain.errors import (
     BadRequest,
+    BrakeEngaged,
     BudgetExhausted,
     Forbidden,
     ProviderError,
@@ -88,6 +91,23 @@ class RelayOutcome:
 RecordOverReport = Callable[[str, Mapping[str, Any], datetime], None]
 
 
+@dataclass(frozen=True)
+class Surface:
+    """How one wire format enters the one Converse path: `translate` turns the client's body
+    (already screened) into (the model it names or None, a Converse body); the field names
+    are the client's own, for refusals."""
+
+    translate: Callable[[dict[str, Any]], tuple[str | None, dict[str, Any]]]
+    model_field: str = "modelId"
+    max_tokens_field: str = "inferenceConfig.maxTokens"
+    # Stock OpenAI clients send generous limits: lower them to what the model and the budget
+    # take instead of refusing (Converse callers are told, as Bedrock would tell them).
+    clamp_max_tokens: bool = False
+
+
+CONVERSE = Surface(translate=lambda data: (None, data))
+
+
 @dataclass
 class Relay:
     verify: Verify
@@ -100,21 +120,45 @@ class Relay:
     # as a capability even if its claims do not say so.
     capability_key_ids: frozenset[str] = field(default_factory=frozenset)
     clock: Callable[[], datetime] = utcnow
+    # The operators' global brake (`steward.services.brake.CachedBrake.engaged`): True refuses
+    # every new reservation with 503.
+    brake: Callable[[], bool] = field(default=lambda: False)
     max_body_bytes: int = MAX_BODY_BYTES
     # maxTokens is also bounded so that a call fits the API's integration timeout.
     max_tokens_ceiling: int = 8192
 
-    def converse(self, authorization: str | None, body: str | bytes | None) -> RelayOutcome:
+    def capability(self, authorization: str | None) -> Capability:
+        """The verified capability of a call (401 otherwise), for routes that only read it."""
+        return self.verify(bearer_token(authorization), now=self.clock())
+
+    def converse(
+        self,
+        authorization: str | None,
+        body: str | bytes | None,
+        *,
+        surface: Surface | None = None,
+        model_id: str | None = None,
+    ) -> RelayOutcome:
+        """Admit, call and settle one model call. `surface` translates a stock client's body
+        to Converse (default: the body is Converse); `model_id` is the model the client named
+        outside the body (Bedrock's path), refused unless it is the pinned one."""
+        surface = surface or CONVERSE
         raw = body.encode() if isinstance(body, str) else (body or b"")
         if len(raw) > self.max_body_bytes:
             raise TooLarge(f"request body is over {self.max_body_bytes} bytes", field="body")
         bearer = bearer_token(authorization)
         capability = self.verify(bearer, now=self.clock())
+        if self.brake():
+            raise BrakeEngaged(
+                "the operators' brake is engaged: no new model call is admitted", field="brake"
+            )
         data = _load(raw)
         self._screen(data, bearer)
-        request = _validate(data)
-        if request.modelId is not None and request.modelId != capability.model_id:
-            raise Forbidden("the capability is pinned to another model", field="modelId")
+        named, converse_body = surface.translate(data)
+        request = _validate(converse_body)
+        named = model_id if model_id is not None else (named if named is not None else request.modelId)
+        if named is not None and named != capability.model_id:
+            raise Forbidden("the capability is pinned to another model", field=surface.model_field)
         entry = self.prices.entry(capability.model_id)
         ceiling = min(entry.max_output_tokens, self.max_tokens_ceiling)
         wanted = (
@@ -123,35 +167,40 @@ class Relay:
             else ceiling
         )
         if wanted > ceiling:
-            raise BadRequest(
-                f"maxTokens must be at most {ceiling} for this model", field="inferenceConfig.maxTokens"
-            )
+            if not surface.clamp_max_tokens:
+                raise BadRequest(
+                    f"maxTokens must be at most {ceiling} for this model", field=surface.max_tokens_field
+                )
+            wanted = ceiling
         bound = input_bound_tokens(payload_bytes(request))
         admitted, reserved, rid = self._reserve(capability, entry, bound, wanted)
-        provider = self.provider_for(capability.model_id, entry)
+        # Settled exactly once, whatever happens after the reservation: released when the
+        # provider failed before any output, the actual cost when usage came, and the whole
+        # reservation when the provider may have done (and billed) the work but no usage
+        # came, or when anything after its answer failed.
+        reported = reserved
         try:
-            result = provider.converse(request, max_tokens=admitted)
-        except ProviderOutcomeUnknown:  # it may have been billed: charged as reserved, never more
-            self.budget.settle(
-                task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=reserved
+            try:
+                result = self.provider_for(capability.model_id, entry).converse(request, max_tokens=admitted)
+            except ProviderOutcomeUnknown:  # it may have been billed: charged as reserved, never more
+                raise
+            except ProviderError:
+                reported = Decimal(0)
+                raise
+            except Exception as exc:  # an adapter bug must not hold the reservation until expiry
+                reported = Decimal(0)
+                raise ProviderError(f"the provider call failed ({type(exc).__name__})") from None
+            usage: Usage | None = result.usage
+            reported = reserved if usage is None else cost_of(entry, usage)
+        finally:
+            settlement = self.budget.settle(
+                task_id=capability.task_id,
+                reservation_id=rid,
+                reserved=reserved,
+                actual=reported,
+                now=self.clock(),
             )
-            raise
-        except ProviderError:
-            self.budget.settle(
-                task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=Decimal(0)
-            )
-            raise
-        except Exception as exc:  # an adapter bug must not hold the reservation until expiry
-            self.budget.settle(
-                task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=Decimal(0)
-            )
-            raise ProviderError(f"the provider call failed ({type(exc).__name__})") from None
-        usage: Usage | None = result.usage
-        reported = reserved if usage is None else cost_of(entry, usage)
         charge = charge_for(reserved, reported)
-        settlement = self.budget.settle(
-            task_id=capability.task_id, reservation_id=rid, reserved=reserved, actual=reported
-        )
         if charge.over_reported > 0:  # cannot happen with honest usage: the bound is an upper bound
             self._over_report(
                 capability,
