@@ -209,3 +209,18 @@ def test_a_release_starts_the_breakers_window_afresh(kit: tuple[RelayKit, Ticks]
     store.release(by=OPERATOR, now=now)
     after = breaker.check(now + timedelta(seconds=1))
     assert (after.spend_usd, after.tripped, after.engaged) == (0, False, False)
+
+
+def test_the_breaker_never_overrules_a_release_it_did_not_see(store: BrakeStore) -> None:
+    """The breaker read the brake, an operator engaged and released it meanwhile: the
+    breaker's engage, conditioned on what it read, changes nothing."""
+    seen = store.read()
+    store.engage(reason="incident", by=OPERATOR, now=utcnow())
+    store.release(by=OPERATOR, now=utcnow())
+    brake, changed = store.engage(
+        reason="spend", by=SPEND_VELOCITY, now=utcnow(), spend_usd=Decimal(9), unless_released_since=seen
+    )
+    assert not changed
+    assert not brake.engaged
+    current = store.read()
+    assert store.engage(reason="spend", by=SPEND_VELOCITY, now=utcnow(), unless_released_since=current)[1]

@@ -480,3 +480,200 @@ def test_openai_another_model_and_n_are_refused_naming_the_field(relay: Relay) -
         client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "hi"}], n=2)
     assert many.value.param == "n"  # type: ignore[attr-defined]
     assert relay.kit.spent(task) == (0, 0)
+
+
+# ---- hostile requests and answers (review findings kept as data: a new attack is one line)
+
+GITHUB_TOKEN = "ghp_" + "A" * 36
+ESCAPED = "\\u0067" + GITHUB_TOKEN[1:]  # `g` as a JSON escape inside the arguments string
+
+
+def chat_with_arguments(arguments: str) -> dict[str, Any]:
+    return {
+        "model": TOOLS_MODEL,
+        "messages": [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+        ],
+    }
+
+
+def nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+# (path, body, expected status, expected field or None); the token is the task's capability.
+HOSTILE_REQUESTS: list[tuple[str, Any, int, str | None]] = [
+    ("/v1/chat/completions", chat_with_arguments('{"city": "' + ESCAPED + '"}'), 400, None),
+    ("/v1/chat/completions", chat_with_arguments('{"city": "\\ud800"}'), 400, None),
+    (
+        "/v1/chat/completions",
+        chat_with_arguments("[" * 100_000),
+        400,
+        "messages.1.tool_calls.0.function.arguments",
+    ),
+    ("/v1/chat/completions", chat_with_arguments(json.dumps(nested(100))), 400, None),
+    (
+        f"/model/{TOOLS_MODEL}/converse",
+        {
+            "messages": [
+                {"role": "user", "content": [{"text": "go"}]},
+                {
+                    "role": "assistant",
+                    "content": [{"toolUse": {"toolUseId": "t", "name": "get_weather", "input": nested(300)}}],
+                },
+                {
+                    "role": "user",
+                    "content": [{"toolResult": {"toolUseId": "t", "content": [{"text": "ok"}]}}],
+                },
+            ],
+            "toolConfig": {"tools": [WEATHER_TOOL]},
+        },
+        400,
+        None,
+    ),
+    ("/v1/relay/converse", {"messages": HELLO, "system": [{"text": "x"}], "extra": nested(500)}, 400, None),
+    (f"/model/{TOOLS_MODEL}/converse", {"messages": HELLO, "modelId": "another-model"}, 403, "modelId"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "field"), HOSTILE_REQUESTS)
+def test_hostile_requests_are_refused_before_the_provider_and_charge_nothing(
+    relay: Relay, path: str, body: Any, status: int, field: str | None
+) -> None:
+    calls: list[object] = []
+    real = relay.kit.relay.provider_for
+    relay.kit.relay.provider_for = lambda *a: calls.append(a) or real(*a)  # type: ignore[func-returns-value]
+    task = relay.kit.running_task(model=TOOLS_MODEL)
+    token = relay.kit.capability(task)
+    answer = httpx.post(
+        relay.url + path, json=body, headers={"Authorization": f"Bearer {token}"}, verify=relay.tls_context
+    )
+    assert answer.status_code == status, answer.text
+    if field is not None:
+        assert answer.json()["error"]["field"] == field
+    assert GITHUB_TOKEN not in answer.text
+    assert token not in answer.text
+    assert calls == []
+    assert relay.kit.spent(task) == (0, 0)
+
+
+class Scripted:
+    """A provider that answers what the test says and counts its calls."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer, self.calls = answer, 0
+
+    def __call__(self, model_id: str, entry: Any) -> Scripted:
+        return self
+
+    def converse(self, request: Any, *, max_tokens: int) -> Any:
+        from steward.adapters.providers import ProviderResult  # noqa: PLC0415
+        from steward.domain.budget import Usage  # noqa: PLC0415
+
+        self.calls += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        usage = {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}
+        return ProviderResult({**self.answer, "usage": usage, "metrics": {"latencyMs": 1}}, Usage(10, 5))
+
+
+def message(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"output": {"message": {"role": "assistant", "content": list(blocks)}}, "stopReason": "end_turn"}
+
+
+def test_a_models_odd_answer_is_streamed_once_and_charged_once(relay: Relay) -> None:
+    """A lone surrogate travels escaped and a reasoning block is left out: never a 5xx a
+    client would retry (and be charged for again)."""
+    reasoning = {"reasoningContent": {"reasoningText": {"text": "hmm", "signature": "s"}}}
+    provider = Scripted(message(reasoning, {"text": "odd \ud800 text"}))
+    relay.kit.relay.provider_for = provider
+    task = relay.kit.running_task()
+    events = stream_events(relay.bedrock(task, retries=3).converse_stream(modelId="scripted", messages=HELLO))
+    text = "".join(body["delta"]["text"] for name, body in events if name == "contentBlockDelta")
+    assert text == "odd \ud800 text"
+    chunks = list(
+        relay.openai(task).chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "odd \ud800 text"
+    assert provider.calls == 2
+    cost, committed = relay.kit.spent(task)
+    assert cost == committed > 0
+
+
+def test_an_answer_that_cannot_be_streamed_after_settlement_is_an_exception_frame_never_retried(
+    relay: Relay,
+) -> None:
+    provider = Scripted(message({"text": "a", "toolUse": {"toolUseId": "t", "name": "n", "input": {}}}))
+    relay.kit.relay.provider_for = provider
+    task = relay.kit.running_task()
+    answer = relay.bedrock(task, retries=3).converse_stream(modelId="scripted", messages=HELLO)
+    with pytest.raises(botocore.exceptions.EventStreamError) as failed:
+        stream_events(answer)
+    assert failed.value.response["Error"]["Code"] == "modelStreamErrorException"
+    assert provider.calls == 1
+
+
+def test_an_unknown_provider_outcome_is_charged_once_and_neither_client_retries(relay: Relay) -> None:
+    import openai  # noqa: PLC0415
+    from steward.domain.errors import ProviderOutcomeUnknown  # noqa: PLC0415
+
+    provider = Scripted(ProviderOutcomeUnknown("scripted: the answer never came"))
+    relay.kit.relay.provider_for = provider
+    task = relay.kit.running_task()
+    client = relay.bedrock(task, retries=3)
+    with pytest.raises(client.exceptions.ModelTimeoutException) as timed_out:
+        client.converse(modelId="scripted", messages=HELLO)
+    assert timed_out.value.response["ResponseMetadata"]["RetryAttempts"] == 0
+    with pytest.raises(openai.InternalServerError) as unknown:
+        relay.openai(task).chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert (unknown.value.status_code, unknown.value.code) == (502, "provider_outcome_unknown")
+    assert provider.calls == 2  # one per client call: nothing retried
+    cost, committed = relay.kit.spent(task)
+    assert cost == committed > 0  # each charged its reservation, as the relay must
+
+
+def test_a_provider_error_is_bedrocks_424_and_releases_the_reservation(relay: Relay) -> None:
+    from steward.domain.errors import ProviderError  # noqa: PLC0415
+
+    relay.kit.relay.provider_for = Scripted(ProviderError("scripted: failure"))
+    task = relay.kit.running_task()
+    client = relay.bedrock(task, retries=3)
+    with pytest.raises(client.exceptions.ModelErrorException) as failed:
+        client.converse(modelId="scripted", messages=HELLO)
+    assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 424
+    assert relay.kit.spent(task) == (0, 0)
+
+
+def test_errors_on_a_path_with_a_trailing_slash_keep_the_clients_shape(relay: Relay) -> None:
+    task = relay.kit.running_task(budget="0.000001")
+    answer = httpx.post(
+        f"{relay.url}/v1/chat/completions/",
+        json={"model": "scripted", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {relay.kit.capability(task)}"},
+        verify=relay.tls_context,
+    )
+    assert answer.status_code == 402
+    assert answer.json()["error"]["type"] == "insufficient_quota"
+    assert answer.headers["x-should-retry"] == "false"

@@ -25,6 +25,14 @@ tracer = tracer_for("reaper")
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     now = utcnow()
+    # The breaker first, and on its own: a failing sweep must not also silence it (and its
+    # failure must not stop the sweeps; it is raised after them, for the Errors alarm).
+    failure: Exception | None = None
+    try:
+        check = wiring.spend_breaker().check(now)
+    except Exception as exc:
+        logger.exception("the spend-velocity breaker could not run")
+        failure, check = exc, None
     reaper = wiring.reaper()
     failed = reaper.sweep(now)
     released = reaper.sweep_reservations(now)
@@ -32,7 +40,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     metrics.add_metric(name="ReservationsExpired", unit=MetricUnit.Count, value=released)
     if failed:
         logger.info("reaped stale tasks", extra={"task_ids": failed})
-    check = wiring.spend_breaker().check(now)
+    if failure is not None or check is None:
+        raise failure or RuntimeError("the spend-velocity breaker did not run")
     if check.limit_usd is not None:
         metrics.add_metric(name="SpendLastHourUsd", unit=MetricUnit.Count, value=float(check.spend_usd))
     if check.tripped:

@@ -44,15 +44,18 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from steward import wiring
 from steward.api.http import install_error_handlers, json_response
-from steward.domain.errors import BadRequest
+from steward.domain.errors import BadRequest, ProviderOutcomeUnknown
 from steward.domain.eventstream import CONTENT_TYPE as EVENT_STREAM
 from steward.domain.eventstream import encode_converse_stream
+from steward.domain.eventstream import exception as stream_exception
 from steward.observability import logger_for, metrics_for, tracer_for
 from steward.services.relay import RelayOutcome, Surface
 
 OVER_REPORT_METRIC = "ProviderOverReport"
 
-# Bedrock's error types by status (botocore reads the type from `x-amzn-ErrorType`).
+# Bedrock's error types by status (botocore reads the type from `x-amzn-ErrorType`). A
+# provider's failure is answered as Bedrock answers it, 424 (or 408 when the outcome is
+# unknown and the call was charged), which botocore does not retry: a 502 it would.
 BEDROCK_ERRORS = {
     400: "ValidationException",
     401: "UnrecognizedClientException",
@@ -62,8 +65,11 @@ BEDROCK_ERRORS = {
     409: "ConflictException",
     413: "ValidationException",
     429: "ThrottlingException",
-    502: "ModelErrorException",
     503: "ServiceUnavailableException",
+}
+BEDROCK_PROVIDER_ERRORS = {
+    "provider_error": (424, "ModelErrorException"),
+    "provider_outcome_unknown": (408, "ModelTimeoutException"),
 }
 # OpenAI's error types by status (the openai SDK reads `error.type`, `.param`, `.code`).
 OPENAI_ERRORS = {
@@ -77,6 +83,12 @@ OPENAI_ERRORS = {
     429: "rate_limit_error",
     503: "service_unavailable",
 }
+# Refusals no retry changes, or that a retry would be charged for again: the openai SDK
+# retries 409 and every 5xx unless told not to.
+NO_RETRY_CODES = frozenset(
+    {"budget_exhausted", "brake_engaged", "lifecycle", "conflict", "provider_outcome_unknown"}
+)
+STREAM_FAILURE = "modelStreamErrorException"
 _BEDROCK_PREFIX = "/model/"
 _OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
 
@@ -88,16 +100,20 @@ app = APIGatewayRestResolver()
 
 def _error_shape(status: int, body: dict[str, Any], headers: dict[str, str]) -> Response[str]:
     """The documented JSON error, shaped for the client of the route that refused."""
-    path = app.current_event.path
+    path = app.current_event.path.rstrip("/")
     error = dict(body.get("error") or {})
+    code = error.get("code")
     if path.startswith(_BEDROCK_PREFIX):
-        headers = {**headers, "x-amzn-ErrorType": BEDROCK_ERRORS.get(status, "InternalServerException")}
+        status, kind = BEDROCK_PROVIDER_ERRORS.get(
+            str(code), (status, BEDROCK_ERRORS.get(status, "InternalServerException"))
+        )
+        headers = {**headers, "x-amzn-ErrorType": kind}
         if "Retry-After" in headers:  # botocore honours x-amz-retry-after (ms), not Retry-After
             headers["x-amz-retry-after"] = str(int(headers["Retry-After"]) * 1000)
         return json_response(status, {"message": error.get("message", ""), **body}, headers)
     if path in _OPENAI_PATHS:
         error.update(type=OPENAI_ERRORS.get(status, "api_error"), param=error.get("field"))
-        if status in (402, 503):
+        if code in NO_RETRY_CODES:
             headers = {**headers, "x-should-retry": "false"}
         return json_response(status, {"error": error}, headers or None)
     return json_response(status, body, headers or None)
@@ -164,12 +180,12 @@ def bedrock_converse(model_id: str) -> Response[str]:
 def bedrock_converse_stream(model_id: str) -> Response[bytes]:
     outcome = wiring.relay().converse(_authorization(), _body(), model_id=unquote(model_id))
     headers = _answered(outcome)
-    return Response(
-        status_code=200,
-        content_type=EVENT_STREAM,
-        body=encode_converse_stream(outcome.response),
-        headers=headers,
-    )
+    try:
+        stream = encode_converse_stream(outcome.response)
+    except ValueError:  # settled already: a 5xx would be retried, and charged, again
+        logger.exception("the provider's answer could not be streamed")
+        stream = stream_exception(STREAM_FAILURE, "the model's answer could not be streamed")
+    return Response(status_code=200, content_type=EVENT_STREAM, body=stream, headers=headers)
 
 
 class _Chat:
@@ -200,13 +216,23 @@ def chat_completions() -> Response[str]:
         "completion_id": f"chatcmpl-{uuid.uuid4().hex}",
         "created": int(time.time()),
     }
-    if not request.stream:
-        return _json(openai_chat.completion(outcome.response, **identity), headers)
-    chunks = openai_chat.completion_chunks(outcome.response, include_usage=request.include_usage, **identity)
+    try:
+        if not request.stream:
+            return _json(openai_chat.completion(outcome.response, **identity), headers)
+        chunks = openai_chat.completion_chunks(
+            outcome.response, include_usage=request.include_usage, **identity
+        )
+        body = openai_chat.sse(chunks).decode()
+    except (ValueError, KeyError, TypeError):  # settled already: say so, and that a retry is charged
+        logger.exception("the provider's answer could not be translated")
+        failure = ProviderOutcomeUnknown("the model's answer could not be translated; the call was charged")
+        if not request.stream:
+            raise failure from None
+        body = openai_chat.sse([failure.to_body()]).decode()
     return Response(
         status_code=200,
         content_type="text/event-stream",
-        body=openai_chat.sse(chunks).decode(),
+        body=body,
         headers={**headers, "Cache-Control": "no-cache"},
     )
 

@@ -49,17 +49,33 @@ class BrakeStore:
         return _brake(self._table.get_item(Key=_KEY, ConsistentRead=True).get("Item"))
 
     def engage(
-        self, *, reason: str, by: str, now: datetime, spend_usd: Decimal | None = None
+        self,
+        *,
+        reason: str,
+        by: str,
+        now: datetime,
+        spend_usd: Decimal | None = None,
+        unless_released_since: Brake | None = None,
     ) -> tuple[Brake, bool]:
-        """Engage unless already engaged; (the brake as stored, whether this call engaged it)."""
+        """Engage unless already engaged; (the brake as stored, whether this call engaged it).
+        With `unless_released_since` (the brake the caller read), also not when it was
+        released after that read: the breaker never overrules a release it did not see."""
         values: dict[str, Any] = {":on": True, ":reason": reason, ":by": by, ":now": iso(now)}
+        condition = "(attribute_not_exists(engaged) OR engaged <> :on)"
+        if unless_released_since is not None:
+            seen = unless_released_since.released_at
+            if seen is None:
+                condition += " AND attribute_not_exists(released_at)"
+            else:
+                condition += " AND released_at = :seen"
+                values[":seen"] = iso(seen)
         update = "SET engaged = :on, reason = :reason, #by = :by, since = :now"
         if spend_usd is not None:
             update += ", spend_usd = :spend"
             values[":spend"] = spend_usd
         else:
             update += " REMOVE spend_usd"
-        return self._write(update, "attribute_not_exists(engaged) OR engaged <> :on", values)
+        return self._write(update, condition, values)
 
     def release(self, *, by: str, now: datetime) -> tuple[Brake, bool]:
         """Release if engaged; (the brake as stored, whether this call released it)."""

@@ -256,6 +256,34 @@ def valid_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+MAX_DEPTH = 64  # JSON nesting a body may have: far beyond any real tool input or schema
+
+
+def too_deep(data: Any, limit: int = MAX_DEPTH) -> str | None:
+    """The field (dotted as `text_fields` names them) of the first object or array nested
+    deeper than `limit`, or None. Deeper bodies fail pydantic's serializer (about 255 levels)
+    and Python's parser (about 1000) with errors that are not the client's to read."""
+    stack: list[tuple[str, Any, int]] = [("", data, 1)]
+    while stack:
+        field, value, depth = stack.pop()
+        if not isinstance(value, dict | list):
+            continue
+        if depth > limit:
+            return field or "body"
+        pairs = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in pairs:
+            name = str(key) if _PLAIN_KEY.fullmatch(str(key)) else "*"
+            stack.append((f"{field}.{name}" if field else name, item, depth + 1))
+    return None
+
+
+def escape_surrogates(json_text: str) -> str:
+    """`json_text` (JSON written with `ensure_ascii=False`) with each lone surrogate as its
+    `\\uXXXX` escape: still the same JSON, and now encodable as UTF-8. A surrogate can only
+    stand inside a JSON string, where an escape means the same."""
+    return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", json_text)
+
+
 def text_fields(data: Any, root: str = "") -> Iterator[tuple[str, str]]:
     """Every string of the JSON value `data`, object keys included, with the field it is in,
     dotted as `BadRequest` names fields (`messages.0.content.1.text`, below `root` if given);

@@ -117,3 +117,5 @@ class ProviderOutcomeUnknown(ProviderError):
     """The provider may have done, and billed, the work: it answered 200 with a body that
     could not be read, or the answer never came back in time. The relay charges the
     reservation in full rather than release it."""
+
+    code = "provider_outcome_unknown"

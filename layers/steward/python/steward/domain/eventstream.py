@@ -9,11 +9,13 @@ writes the frames itself, here, with `struct` and `zlib.crc32`.
 The relay does not stream from the provider: it makes one complete, non-streaming Converse
 call (one reservation, one settlement on known usage) and then replays that answer as the
 events Bedrock would have sent, in Bedrock's order, text cut into several deltas so that
-a client's streaming code path is exercised. Only text and toolUse blocks exist in what the
-relay accepts, so any other block is refused rather than dropped. Absent usage is left out
-of `metadata` instead of being invented (the model marks it required, botocore's parser
-does not enforce that); a failure after the first byte is an exception message, since the
-HTTP status has already been sent.
+a client's streaming code path is exercised. Text and toolUse blocks are streamed; a block
+of another kind (a reasoning model's `reasoningContent`, an image) is left out, as the
+OpenAI surface leaves it out, and a malformed answer is refused (ValueError). The relay has
+settled the call before it encodes, so it answers an encoding failure with a 200 whose body
+is one `exception` message (`modelStreamErrorException`) rather than a 5xx a client would
+retry and be charged for again. Absent usage is left out of `metadata` instead of being
+invented (the model marks it required, botocore's parser does not enforce that).
 
 Pure: no I/O, no AWS SDK (tests/unit/test_eventstream.py proves the bytes with botocore's
 own decoder, parser and a stock boto3 client).
@@ -26,6 +28,8 @@ import struct
 import zlib
 from collections.abc import Mapping
 from typing import Any
+
+from steward.domain.converse import escape_surrogates
 
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
@@ -148,9 +152,11 @@ def encode_converse_stream(response: Mapping[str, Any]) -> bytes:
 
 def _block_events(index: int, block: Any) -> list[tuple[str, dict[str, Any]]]:
     where = f"output.message.content[{index}]"
-    if not isinstance(block, Mapping) or len(block) != 1 or next(iter(block)) not in ("text", "toolUse"):
+    if not isinstance(block, Mapping) or len(block) != 1:
         keys = sorted(block) if isinstance(block, Mapping) else type(block).__name__
-        raise ValueError(f"{where} must hold exactly one of text or toolUse, not {keys}")
+        raise ValueError(f"{where} must hold exactly one block kind, not {keys}")
+    if next(iter(block)) not in ("text", "toolUse"):
+        return []  # a kind a stream client is not shown (reasoning, an image): left out, as OpenAI's are
     events: list[tuple[str, dict[str, Any]]] = []
     if "text" in block:
         text = block["text"]
@@ -192,12 +198,14 @@ def _header(name: str, value: str) -> bytes:
 
 
 def _json(value: Mapping[str, Any]) -> bytes:
-    """Compact UTF-8 JSON; what JSON cannot hold (NaN, bytes, a lone surrogate) raises ValueError."""
+    """Compact UTF-8 JSON; what JSON cannot hold (NaN, bytes) raises ValueError. A model's lone
+    surrogate, which UTF-8 cannot encode, travels as its JSON escape (botocore's parser reads
+    it) instead of failing the encoding after the call was charged."""
     try:
         text = json.dumps(dict(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except TypeError as error:  # a value of a type JSON has no form for
         raise ValueError(str(error)) from error
-    return text.encode("utf-8")
+    return escape_surrogates(text).encode("utf-8")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:

@@ -72,7 +72,7 @@ from pydantic import (
     field_validator,
 )
 
-from steward.domain.converse import MAX_STOP_SEQUENCES, MAX_TOKENS_LIMIT
+from steward.domain.converse import MAX_STOP_SEQUENCES, MAX_TOKENS_LIMIT, escape_surrogates
 from steward.domain.errors import BadRequest
 
 _CONFIG = ConfigDict(extra="forbid")
@@ -91,7 +91,8 @@ _FINISH_REASONS = {
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    # A model's lone surrogate travels escaped: the answer must encode, it was paid for.
+    return escape_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 # -- the request ------------------------------------------------------------------------------
@@ -456,7 +457,7 @@ def _arguments(raw: str, field: str) -> dict[str, Any]:
         return {}  # a call without arguments, as some servers write it
     try:
         parsed = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
         raise _refuse(field, "not valid JSON") from None
     if not isinstance(parsed, dict):
         raise _refuse(field, "must be a JSON object")

@@ -94,5 +94,7 @@ class SpendBreaker:
         if brake.engaged or not breaker_trips(spend, self.limit_usd):
             return BreakerCheck(spend, self.limit_usd, engaged=brake.engaged, tripped=False)
         reason = f"settled spend {spend} USD in the last hour passed the limit {self.limit_usd} USD"
-        stored, changed = self.brakes.engage(reason=reason, by=SPEND_VELOCITY, now=now, spend_usd=spend)
+        stored, changed = self.brakes.engage(
+            reason=reason, by=SPEND_VELOCITY, now=now, spend_usd=spend, unless_released_since=brake
+        )
         return BreakerCheck(spend, self.limit_usd, engaged=stored.engaged, tripped=changed)

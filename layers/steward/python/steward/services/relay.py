@@ -52,7 +52,14 @@ from steward.domain.budget import (
     max_cost,
 )
 from steward.domain.capability import Capability, Verify, bearer_token
-from steward.domain.converse import ConverseRequest, is_valid_text, payload_bytes, text_fields
+from steward.domain.converse import (
+    MAX_DEPTH,
+    ConverseRequest,
+    is_valid_text,
+    payload_bytes,
+    text_fields,
+    too_deep,
+)
 from steward.domain.errors import (
     BadRequest,
     BrakeEngaged,
@@ -155,10 +162,13 @@ class Relay:
         data = _load(raw)
         self._screen(data, bearer)
         named, converse_body = surface.translate(data)
+        if converse_body is not data:  # what a translation decoded (tool arguments) is screened too
+            _check_depth(converse_body)
+            self._screen(converse_body, bearer)
         request = _validate(converse_body)
-        named = model_id if model_id is not None else (named if named is not None else request.modelId)
-        if named is not None and named != capability.model_id:
-            raise Forbidden("the capability is pinned to another model", field=surface.model_field)
+        for where, value in ((surface.model_field, model_id or named), ("modelId", request.modelId)):
+            if value is not None and value != capability.model_id:
+                raise Forbidden("the capability is pinned to another model", field=where)
         entry = self.prices.entry(capability.model_id)
         ceiling = min(entry.max_output_tokens, self.max_tokens_ceiling)
         wanted = (
@@ -326,7 +336,14 @@ def _load(raw: bytes) -> dict[str, Any]:
         raise BadRequest("request body is not valid JSON", field="body") from exc
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object", field="body")
+    _check_depth(data)
     return data
+
+
+def _check_depth(data: dict[str, Any]) -> None:
+    where = too_deep(data)
+    if where is not None:
+        raise BadRequest(f"{where}: nested deeper than {MAX_DEPTH} levels", field=where)
 
 
 def _validate(data: dict[str, Any]) -> ConverseRequest:
