@@ -219,6 +219,15 @@ class StewardStack(Stack):
         self.functions["api"].role.add_to_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[storage.artifacts.arn_for_objects("*")])
         )
+        # API: which of a task's artifacts exist (`GET /v1/tasks/{id}/artifacts`), under the
+        # artifacts prefix only.
+        self.functions["api"].role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[storage.artifacts.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": ["artifacts/*"]}},
+            )
+        )
         for function in ("runtime", "heartbeat"):
             self.functions[function].role.add_to_policy(  # type: ignore[index]
                 iam.PolicyStatement(

@@ -222,7 +222,9 @@ def test_list_routes_paginate(stack: LocalStack, alice: Api, bob: Api) -> None:
     assert carol("GET", "/v1/plans", params={"limit": 0}).json()["error"]["field"] == "limit"
 
 
-def test_tasks_events_screen_and_artifacts(alice: Api, backend: Services, stack: LocalStack) -> None:
+def test_tasks_events_screen_and_artifacts(
+    alice: Api, bob: Api, backend: Services, stack: LocalStack
+) -> None:
     alice("PUT", "/v1/plans/with-tasks", {"markdown": document(*numbered(2))})
     alice("POST", "/v1/plans/with-tasks/confirm")
     task, _ = spawn_item(backend, backend.plans.get("alice", "with-tasks"), 2)
@@ -251,6 +253,18 @@ def test_tasks_events_screen_and_artifacts(alice: Api, backend: Services, stack:
     found = alice("GET", f"/v1/tasks/{task.id}/artifacts/diff.patch")
     assert found.status_code == 302
     assert httpx.get(found.headers["location"]).content == b"--- a\n+++ b\n"
+    assert alice("GET", f"/v1/tasks/{task.id}/artifacts").json() == {
+        "artifacts": [{"name": "diff.patch", "size": 12}]
+    }
+    backend.tasks.artifacts.put(task.id, "screen.txt", b"$ pytest\n1 passed\n", "text/plain")
+    backend.tasks.artifacts.put(task.id, "not-an-artifact", b"x", "text/plain")
+    listed = alice("GET", f"/v1/tasks/{task.id}/artifacts").json()["artifacts"]
+    assert listed == [{"name": "diff.patch", "size": 12}, {"name": "screen.txt", "size": 18}]
+    screen = alice("GET", f"/v1/tasks/{task.id}/artifacts/screen.txt")  # the screen tail is reachable
+    assert screen.status_code == 302
+    assert httpx.get(screen.headers["location"]).content == b"$ pytest\n1 passed\n"
+    assert alice("GET", f"/v1/tasks/{task.id}/artifacts/not-an-artifact").status_code == 404
+    assert bob("GET", f"/v1/tasks/{task.id}/artifacts").status_code == 404
 
 
 def test_cancel_and_retry(alice: Api, backend: Services) -> None:
@@ -301,3 +315,55 @@ def test_unknown_route_is_a_json_404(alice: Api) -> None:
     response = alice("GET", "/v1/nothing-here")
     assert response.status_code == 404
     assert error_of(response)["code"] == "not_found"
+
+
+def test_a_plan_shows_its_outcomes_and_what_its_tasks_cost(alice: Api, backend: Services) -> None:
+    """A plan whose items all finished but one failed is not shown as if it succeeded."""
+    from datetime import timedelta  # noqa: PLC0415
+    from decimal import Decimal  # noqa: PLC0415
+
+    from steward.adapters.budget_store import BudgetStore  # noqa: PLC0415
+    from steward.domain.models import TaskStatus, utcnow  # noqa: PLC0415
+
+    alice("PUT", "/v1/plans/outcomes", {"markdown": document(*numbered(3))})
+    alice("POST", "/v1/plans/outcomes/confirm")
+    fresh = alice("GET", "/v1/plans/outcomes").json()
+    assert fresh["outcomes"] == {"merged": 0, "closed": 0, "failed": 0, "done": 0, "removed": 0}
+    assert fresh["cost_usd"] == "0"
+    tasks, budget = backend.tasks.tasks, BudgetStore(backend.tables)
+    ends = {
+        1: (TaskStatus.REVIEW, TaskStatus.MERGED),
+        2: (TaskStatus.FAILED,),
+        3: (TaskStatus.REVIEW, TaskStatus.CLOSED),
+    }
+    for ordinal, path in ends.items():
+        task, _ = spawn_item(backend, backend.plans.get("alice", "outcomes"), ordinal)
+        now = utcnow()
+        task = tasks.claim(task, runtime_id="r", now=now, deadline=now + timedelta(hours=1))
+        cost = Decimal("0.25") * ordinal
+        refusal = budget.reserve(
+            task_id=task.id,
+            owner="alice",
+            model=task.model,
+            token_cap=task.budget_usd,
+            cost=cost,
+            reservation_id=f"r{ordinal}",
+            expires_at=now + timedelta(minutes=5),
+            now=now,
+        )
+        assert refusal is None
+        budget.settle(task_id=task.id, reservation_id=f"r{ordinal}", reserved=cost, actual=cost, now=now)
+        for status in path:
+            task, _ = tasks.transition(
+                task,
+                status,
+                now=utcnow(),
+                event=status.value,
+                classification="final" if status is TaskStatus.FAILED else None,
+            )
+        tasks.project_item(task, now=utcnow())
+    shown = alice("GET", "/v1/plans/outcomes").json()
+    assert shown["outcomes"] == {"merged": 1, "closed": 1, "failed": 1, "done": 0, "removed": 0}
+    assert Decimal(shown["cost_usd"]) == Decimal("1.50")
+    listed = next(p for p in alice("GET", "/v1/plans").json()["plans"] if p["slug"] == "outcomes")
+    assert (listed["outcomes"], listed["cost_usd"]) == (shown["outcomes"], shown["cost_usd"])

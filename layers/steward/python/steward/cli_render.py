@@ -42,15 +42,33 @@ def render_plan(plan: dict[str, Any]) -> str:
         )
         for i in plan["items"]
     ]
+    outcomes = plan.get("outcomes")
+    if outcomes is not None:
+        head += f"\n  outcome: {_outcomes(outcomes)}\n  cost:    {plan.get('cost_usd', '0')} USD"
     return head + "\n\n" + table(rows, ("#", "status", "item", "task"))
+
+
+def _outcomes(outcomes: dict[str, int]) -> str:
+    """`2 merged, 1 failed`: the non-zero counts, or `-` before any item ended."""
+    return ", ".join(f"{n} {status}" for status, n in outcomes.items() if n) or "-"
 
 
 def render_plans(plans: list[dict[str, Any]]) -> str:
     rows = []
     for p in plans:
         done = sum(1 for i in p["items"] if i["status"] in ("merged", "closed", "failed", "done", "removed"))
-        rows.append((p["slug"], p["status"], p["repo"], f"{done}/{len(p['items'])}", p["updated_at"]))
-    return table(rows, ("slug", "status", "repo", "finished", "updated"))
+        rows.append(
+            (
+                p["slug"],
+                p["status"],
+                p["repo"],
+                f"{done}/{len(p['items'])}",
+                _outcomes(p.get("outcomes") or {}),
+                p.get("cost_usd", "-"),
+                p["updated_at"],
+            )
+        )
+    return table(rows, ("slug", "status", "repo", "finished", "outcome", "cost", "updated"))
 
 
 def render_tasks(tasks: list[dict[str, Any]]) -> str:

@@ -70,6 +70,16 @@ class ArtifactStore:
             ExpiresIn=expires_seconds,
         )
 
+    def sizes(self, task_id: str) -> list[tuple[str, int]]:
+        """(name, size in bytes) of the task's artifacts that exist, in the order of
+        `ARTIFACT_NAMES`; keys under the prefix that are not artifacts are not shown."""
+        prefix = self.key(task_id, "")
+        found: dict[str, int] = {}
+        for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                found[item["Key"][len(prefix) :]] = int(item["Size"])
+        return [(name, found[name]) for name in ARTIFACT_NAMES if name in found]
+
     def read_text(self, task_id: str, name: str) -> str | None:
         try:
             body = self._s3.get_object(Bucket=self.bucket, Key=self.key(task_id, name))["Body"]

@@ -21,7 +21,8 @@ from steward.api.requests import (
 )
 from steward.domain.errors import Unauthorized
 from steward.domain.loop import LoopSettingsUpdate
-from steward.domain.models import utcnow
+from steward.domain.models import Plan, utcnow
+from steward.domain.plans import plan_outcomes
 from steward.observability import logger_for
 from steward.wiring import Services
 
@@ -45,35 +46,39 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
 
     install_error_handlers(app, logger)
 
+    def shown(plan: Plan) -> dict[str, Any]:
+        """A plan as the API shows it: with its items' outcomes and what its tasks cost."""
+        cost = services().tasks.plan_cost(plan.user, plan.slug)
+        return {**plan.to_api(), "outcomes": plan_outcomes(plan), "cost_usd": str(cost)}
+
     # ---- plans
     @app.put("/v1/plans/<slug>")
     def publish(slug: str) -> Response[str]:
         body = parse_body(app.current_event.body, PublishBody)
-        plan = services().plans.publish(caller(), slug, body.markdown)
-        return _json(200, plan.to_api())
+        return _json(200, shown(services().plans.publish(caller(), slug, body.markdown)))
 
     @app.post("/v1/plans/<slug>/submit")
     def submit(slug: str) -> Response[str]:
-        return _json(200, services().plans.submit(caller(), slug).to_api())
+        return _json(200, shown(services().plans.submit(caller(), slug)))
 
     @app.post("/v1/plans/<slug>/confirm")
     def confirm(slug: str) -> Response[str]:
         body = parse_body(app.current_event.body, ConfirmBody, optional=True)
-        return _json(200, services().plans.confirm(caller(), slug, body.content_hash).to_api())
+        return _json(200, shown(services().plans.confirm(caller(), slug, body.content_hash)))
 
     @app.post("/v1/plans/<slug>/archive")
     def archive(slug: str) -> Response[str]:
-        return _json(200, services().plans.archive(caller(), slug).to_api())
+        return _json(200, shown(services().plans.archive(caller(), slug)))
 
     @app.get("/v1/plans")
     def list_plans() -> Response[str]:
         q = query(ListQuery)
         plans, next_cursor = services().plans.list(caller(), limit=q.limit, cursor=q.cursor)
-        return _json(200, {"plans": [p.to_api() for p in plans], "next": next_cursor})
+        return _json(200, {"plans": [shown(p) for p in plans], "next": next_cursor})
 
     @app.get("/v1/plans/<slug>")
     def get_plan(slug: str) -> Response[str]:
-        return _json(200, services().plans.get(caller(), slug).to_api())
+        return _json(200, shown(services().plans.get(caller(), slug)))
 
     # ---- tasks
     @app.get("/v1/tasks")
@@ -94,6 +99,10 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
     @app.get("/v1/tasks/<task_id>/screen")
     def task_screen(task_id: str) -> Response[str]:
         return _json(200, services().tasks.screen(caller(), task_id))
+
+    @app.get("/v1/tasks/<task_id>/artifacts")
+    def task_artifacts(task_id: str) -> Response[str]:
+        return _json(200, {"artifacts": list(services().tasks.artifact_list(caller(), task_id))})
 
     @app.get("/v1/tasks/<task_id>/artifacts/<name>")
     def task_artifact(task_id: str, name: str) -> Response[str]:

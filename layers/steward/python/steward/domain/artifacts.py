@@ -7,7 +7,6 @@ answers only for these, so no name can reach another key.
 
 from __future__ import annotations
 
-ARTIFACT_NAMES = ("bootstrap.json", "harness.json", "diff.patch", "git-status.txt", "publish.json")
 SCREEN_NAME = "screen.txt"
 _JSON = "application/json"
 _TEXT = "text/plain; charset=utf-8"
@@ -20,6 +19,8 @@ RUNTIME_ARTIFACTS: dict[str, str] = {
     "publish.json": _JSON,
     SCREEN_NAME: _TEXT,
 }
+# What a client may read: every artifact a runtime writes, the screen tail included.
+ARTIFACT_NAMES: tuple[str, ...] = tuple(RUNTIME_ARTIFACTS)
 # The runner bounds what it writes far below this (diff.patch at 2 MiB, the screen tail at
 # 64 KiB); the bound is for an upload that is not the runner's.
 MAX_ARTIFACT_BYTES = 16 * 1024 * 1024

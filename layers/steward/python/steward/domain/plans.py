@@ -251,3 +251,24 @@ def publish(
             }
         )
     return PublishResult(plan, changed=True)
+
+
+# The statuses an item ends in; a plan's outcome counts every one, so a plan whose items all
+# finished but some failed never reads as if it succeeded.
+OUTCOME_STATUSES = (
+    ItemStatus.MERGED,
+    ItemStatus.CLOSED,
+    ItemStatus.FAILED,
+    ItemStatus.DONE,
+    ItemStatus.REMOVED,
+)
+
+
+def plan_outcomes(plan: Plan) -> dict[str, int]:
+    """How many of the plan's items ended in each final status (zeros included)."""
+    counts = {status.value: 0 for status in OUTCOME_STATUSES}
+    for item in plan.items:
+        shown = item.shown_status.value
+        if shown in counts:
+            counts[shown] += 1
+    return counts

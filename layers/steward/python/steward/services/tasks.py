@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
@@ -35,6 +36,20 @@ class TaskService:
     ) -> tuple[list[Task], str | None]:
         plan = plan_id(user, validate_slug(plan_slug)) if plan_slug else None
         return self.tasks.page(user, plan_id=plan, limit=limit, cursor=cursor)
+
+    def plan_cost(self, user: str, plan_slug: str) -> Decimal:
+        """What every task of the plan (every attempt) was charged, in all."""
+        total, cursor = Decimal(0), None
+        while True:
+            tasks, cursor = self.list(user, plan_slug=plan_slug, limit=100, cursor=cursor)
+            total += sum((task.cost_usd for task in tasks), Decimal(0))
+            if cursor is None:
+                return total
+
+    def artifact_list(self, user: str, task_id: str) -> tuple[dict[str, Any], ...]:
+        """The task's artifacts that exist, with their sizes in bytes."""
+        self.tasks.require_owned(user, task_id)
+        return tuple({"name": name, "size": size} for name, size in self.artifacts.sizes(task_id))
 
     def events_after(self, user: str, task_id: str, *, after: int, limit: int) -> dict[str, Any]:
         self.tasks.require_owned(user, task_id)
