@@ -33,12 +33,14 @@ GET, QUERY, PUT, UPDATE, DELETE, CHECK = (
 TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
     # Plans (put, update, transact with the owner's wake-up), tasks (pages, cancel, retry's
     # condition check) and their events, the user's loop settings and wake-ups. Spawning is
-    # the heartbeat's. No route reads installations (linking is the operator CLI's).
+    # the heartbeat's. Installations are read, never written (linking is the operator CLI's).
     "api": {
         PLANS: (GET, QUERY, PUT, UPDATE),
         TASKS: (GET, QUERY, UPDATE, CHECK),
         EVENTS: (QUERY, PUT),
         USERS: (GET, UPDATE),
+        # The owner's installations (by_owner), for why an item waits (a suspended one).
+        INSTALLATIONS: (QUERY,),
     },
     # The live users' index only.
     "scheduler": {USERS: (QUERY,)},

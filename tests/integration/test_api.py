@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -319,7 +320,6 @@ def test_unknown_route_is_a_json_404(alice: Api) -> None:
 
 def test_a_plan_shows_its_outcomes_and_what_its_tasks_cost(alice: Api, backend: Services) -> None:
     """A plan whose items all finished but one failed is not shown as if it succeeded."""
-    from datetime import timedelta  # noqa: PLC0415
     from decimal import Decimal  # noqa: PLC0415
 
     from steward.adapters.budget_store import BudgetStore  # noqa: PLC0415
@@ -367,3 +367,38 @@ def test_a_plan_shows_its_outcomes_and_what_its_tasks_cost(alice: Api, backend: 
     assert Decimal(shown["cost_usd"]) == Decimal("1.50")
     listed = next(p for p in alice("GET", "/v1/plans").json()["plans"] if p["slug"] == "outcomes")
     assert (listed["outcomes"], listed["cost_usd"]) == (shown["outcomes"], shown["cost_usd"])
+
+
+def test_a_waiting_item_says_why_through_the_api(bob: Api) -> None:
+    """Each loop gate, as the person sees it on `GET /v1/plans/{slug}` (bob's loop only: the
+    module's stack runs alice's)."""
+    assert bob("PUT", "/v1/loop", {"paused": True}).status_code == 200
+    bob("PUT", "/v1/plans/waits", {"markdown": document(*numbered(2))})
+    draft = bob("GET", "/v1/plans/waits").json()
+    assert draft["items"][0]["waiting"]["reason"] == "awaiting_confirmation"
+    bob("POST", "/v1/plans/waits/confirm")
+
+    def reasons() -> list[tuple[str, str | None]]:
+        items = bob("GET", "/v1/plans/waits").json()["items"]
+        return [(i["waiting"]["reason"], i["waiting"]["until"]) for i in items]
+
+    assert reasons() == [("paused", None)] * 2
+    now = datetime.now(UTC)
+    start, end = ((now + timedelta(hours=h)).strftime("%H:%M") for h in (-1, 1))  # a window around now
+    bob(
+        "PUT",
+        "/v1/loop",
+        {"paused": False, "quiet_hours": {"start": start, "end": end}, "timezone": "UTC"},
+    )
+    [(reason, until), _] = reasons()
+    assert reason == "quiet_hours"
+    assert until is not None
+    assert until.endswith(f"T{end}:00Z")
+    bob("PUT", "/v1/loop", {"quiet_hours": None, "daily_spawn_cap": 0})
+    [(reason, until), _] = reasons()
+    assert reason == "daily_cap"
+    assert until is not None
+    assert until.endswith("T00:00:00Z")
+    bob("PUT", "/v1/loop", {"enabled": False})
+    assert reasons() == [("disabled", None)] * 2
+    bob("PUT", "/v1/loop", {"enabled": True, "paused": True, "daily_spawn_cap": 20})

@@ -39,13 +39,22 @@ def render_plan(plan: dict[str, Any]) -> str:
             i["status"],
             _short(i["title"]),
             i["task_id"] or "-",
+            waiting_text(i.get("waiting")),
         )
         for i in plan["items"]
     ]
     outcomes = plan.get("outcomes")
     if outcomes is not None:
         head += f"\n  outcome: {_outcomes(outcomes)}\n  cost:    {plan.get('cost_usd', '0')} USD"
-    return head + "\n\n" + table(rows, ("#", "status", "item", "task"))
+    return head + "\n\n" + table(rows, ("#", "status", "item", "task", "waiting"))
+
+
+def waiting_text(waiting: dict[str, Any] | None) -> str:
+    """`quiet_hours until 2026-06-01T13:30:00Z: quiet hours (11:00-13:30 UTC)`, or `-`."""
+    if not waiting:
+        return "-"
+    until = f" until {waiting['until']}" if waiting.get("until") else ""
+    return f"{waiting['reason']}{until}: {waiting.get('detail') or ''}".rstrip(": ")
 
 
 def _outcomes(outcomes: dict[str, int]) -> str:
@@ -86,7 +95,10 @@ TASK_FIELDS: tuple[str, ...] = (
 
 
 def render_task(task: dict[str, Any]) -> str:
-    return "\n".join(f"{k + ':':16}{'-' if task.get(k) is None else task[k]}" for k in TASK_FIELDS)
+    lines = [f"{k + ':':16}{'-' if task.get(k) is None else task[k]}" for k in TASK_FIELDS]
+    if "waiting" in task:
+        lines.append(f"{'waiting:':16}{waiting_text(task['waiting'])}")
+    return "\n".join(lines)
 
 
 def render_loop(settings: dict[str, Any]) -> str:

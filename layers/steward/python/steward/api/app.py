@@ -19,14 +19,48 @@ from steward.api.requests import (
     parse_body,
     parse_query,
 )
+from steward.domain import waiting
 from steward.domain.errors import Unauthorized
 from steward.domain.loop import LoopSettingsUpdate
-from steward.domain.models import Plan, utcnow
+from steward.domain.models import Plan, Task, utcnow
 from steward.domain.plans import plan_outcomes
+from steward.domain.waiting import WaitingView
 from steward.observability import logger_for
 from steward.wiring import Services
 
 logger = logger_for("api")
+
+
+def _view(s: Services, user: str) -> WaitingView:
+    """What the answer's waiting reasons are read from: one read of the user's loop, their
+    live tasks and installations, per request."""
+    return WaitingView(
+        s.users.loop_state(user), s.tasks.live(user), s.installations.for_owner(user), utcnow()
+    )
+
+
+def _shown(s: Services, plan: Plan, seen: WaitingView | None = None) -> dict[str, Any]:
+    """A plan as the API shows it: each item says why it waits (or null), and the plan its
+    items' outcomes and what its tasks cost."""
+    seen = seen or _view(s, plan.user)
+    body = plan.to_api()
+    items = {item.key: item for item in plan.items}
+    suspended = seen.suspended(plan.repo)
+    for entry in body["items"]:
+        waits = waiting.for_item(
+            plan, items[entry["key"]], seen.state, seen.live, seen.now, installation_suspended=suspended
+        )
+        entry["waiting"] = None if waits is None else waits.to_api()
+    cost = s.tasks.plan_cost(plan.user, plan.slug)
+    return {**body, "outcomes": plan_outcomes(plan), "cost_usd": str(cost)}
+
+
+def _shown_task(s: Services, task: Task) -> dict[str, Any]:
+    seen = _view(s, task.user)
+    waits = waiting.for_task(
+        task, seen.state, seen.live, seen.now, installation_suspended=seen.suspended(task.repo)
+    )
+    return {**task.to_api(), "waiting": None if waits is None else waits.to_api()}
 
 
 def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
@@ -46,39 +80,36 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
 
     install_error_handlers(app, logger)
 
-    def shown(plan: Plan) -> dict[str, Any]:
-        """A plan as the API shows it: with its items' outcomes and what its tasks cost."""
-        cost = services().tasks.plan_cost(plan.user, plan.slug)
-        return {**plan.to_api(), "outcomes": plan_outcomes(plan), "cost_usd": str(cost)}
-
     # ---- plans
     @app.put("/v1/plans/<slug>")
     def publish(slug: str) -> Response[str]:
         body = parse_body(app.current_event.body, PublishBody)
-        return _json(200, shown(services().plans.publish(caller(), slug, body.markdown)))
+        return _json(200, _shown(services(), services().plans.publish(caller(), slug, body.markdown)))
 
     @app.post("/v1/plans/<slug>/submit")
     def submit(slug: str) -> Response[str]:
-        return _json(200, shown(services().plans.submit(caller(), slug)))
+        return _json(200, _shown(services(), services().plans.submit(caller(), slug)))
 
     @app.post("/v1/plans/<slug>/confirm")
     def confirm(slug: str) -> Response[str]:
         body = parse_body(app.current_event.body, ConfirmBody, optional=True)
-        return _json(200, shown(services().plans.confirm(caller(), slug, body.content_hash)))
+        return _json(200, _shown(services(), services().plans.confirm(caller(), slug, body.content_hash)))
 
     @app.post("/v1/plans/<slug>/archive")
     def archive(slug: str) -> Response[str]:
-        return _json(200, shown(services().plans.archive(caller(), slug)))
+        return _json(200, _shown(services(), services().plans.archive(caller(), slug)))
 
     @app.get("/v1/plans")
     def list_plans() -> Response[str]:
         q = query(ListQuery)
-        plans, next_cursor = services().plans.list(caller(), limit=q.limit, cursor=q.cursor)
-        return _json(200, {"plans": [shown(p) for p in plans], "next": next_cursor})
+        user = caller()
+        plans, next_cursor = services().plans.list(user, limit=q.limit, cursor=q.cursor)
+        seen = _view(services(), user)
+        return _json(200, {"plans": [_shown(services(), p, seen) for p in plans], "next": next_cursor})
 
     @app.get("/v1/plans/<slug>")
     def get_plan(slug: str) -> Response[str]:
-        return _json(200, shown(services().plans.get(caller(), slug)))
+        return _json(200, _shown(services(), services().plans.get(caller(), slug)))
 
     # ---- tasks
     @app.get("/v1/tasks")
@@ -89,7 +120,7 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
 
     @app.get("/v1/tasks/<task_id>")
     def get_task(task_id: str) -> Response[str]:
-        return _json(200, services().tasks.get(caller(), task_id).to_api())
+        return _json(200, _shown_task(services(), services().tasks.get(caller(), task_id)))
 
     @app.get("/v1/tasks/<task_id>/events")
     def task_events(task_id: str) -> Response[str]:

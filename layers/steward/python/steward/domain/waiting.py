@@ -1,0 +1,143 @@
+"""Why an item or a task is not progressing, from durable state alone (issue "the person's
+view"): the answer `plan show`, `task show` and the API give as
+`"waiting": {"reason", "until", "detail"}`, or None when it is progressing or finished.
+
+Pure. It reads what the heartbeat reads (the user's loop state and settings, the plan, the
+user's live tasks) and applies the same gates in the same order (`steward.domain.gates`),
+so the reason shown is the one the loop acts on: disabled, paused, quiet hours, then, for
+work that needs a spawn, the daily cap and `max_parallel`; what is left waits for the next
+tick. `until` is when the reason ends by itself (quiet hours' end, the user's next
+midnight, the next tick), None when only a person (or another task ending) can end it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from steward.domain import gates
+from steward.domain.installations import Installation
+from steward.domain.loop import LoopState
+from steward.domain.models import ItemStatus, Plan, PlanItem, PlanStatus, Task, TaskStatus
+
+Reason = Literal[
+    "next_tick",
+    "max_parallel",
+    "daily_cap",
+    "quiet_hours",
+    "paused",
+    "disabled",
+    "awaiting_confirmation",
+    "installation_suspended",
+]
+
+_SLOTS = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})
+
+
+@dataclass(frozen=True)
+class WaitingView:
+    """What the reasons are read from: the user's loop state, live tasks and installations."""
+
+    state: LoopState
+    live: Sequence[Task]
+    installations: Sequence[Installation]
+    now: datetime
+
+    def suspended(self, repo: str) -> bool:
+        """The repository is held only by suspended installations of the user."""
+        holding = [i for i in self.installations if repo.lower() in {r.lower() for r in i.repositories}]
+        return bool(holding) and all(i.suspended for i in holding)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: Reason
+    until: datetime | None
+    detail: str
+
+    def to_api(self) -> dict[str, Any]:
+        until = None if self.until is None else self.until.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return {"reason": self.reason, "until": until, "detail": self.detail}
+
+
+def for_item(
+    plan: Plan,
+    item: PlanItem,
+    state: LoopState,
+    live: Sequence[Task],
+    now: datetime,
+    *,
+    installation_suspended: bool = False,
+) -> Waiting | None:
+    """Why `item` waits, or None when it does not (its task is at work, or it finished)."""
+    if item.removed or item.status is not ItemStatus.PENDING:
+        return None  # running, in review or finished: progressing or done, not waiting
+    if plan.status is PlanStatus.AWAITING_CONFIRMATION or plan.approved_hash != plan.content_hash:
+        detail = (
+            "the plan is not confirmed yet: `steward plan confirm` approves it"
+            if plan.approved_hash is None
+            else "the plan changed since it was confirmed: `steward plan confirm` approves what it holds now"
+        )
+        return Waiting("awaiting_confirmation", None, detail)
+    if plan.status not in (PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS):
+        return None  # a draft, or an archived or completed plan: no work is due
+    return _loop_gates(state, now, installation_suspended) or _spawn_gates(state, live, now)
+
+
+def for_task(
+    task: Task, state: LoopState, live: Sequence[Task], now: datetime, *, installation_suspended: bool = False
+) -> Waiting | None:
+    """Why `task` waits, or None: only a queued task that no runtime was started for yet
+    waits on the loop (a launched one is starting; running and review are progressing)."""
+    if task.status is not TaskStatus.QUEUED or task.launched_at is not None:
+        return None
+    return _loop_gates(state, now, installation_suspended) or _next_tick(state)
+
+
+def _loop_gates(state: LoopState, now: datetime, installation_suspended: bool) -> Waiting | None:
+    settings = state.settings
+    if not settings.enabled:
+        return Waiting("disabled", None, "the loop is disabled: `steward loop set --enabled true`")
+    if settings.paused:
+        return Waiting("paused", None, "the loop is paused: `steward loop set --paused false`")
+    if gates.in_quiet_hours(settings, now):
+        end = gates.quiet_hours_end(settings, now)
+        window = settings.quiet_hours
+        shown = f"{window.start}-{window.end} {settings.timezone}" if window else settings.timezone
+        return Waiting("quiet_hours", end, f"quiet hours ({shown})")
+    if installation_suspended:
+        return Waiting(
+            "installation_suspended",
+            None,
+            "the GitHub App installation that holds the repository is suspended: unsuspend it on GitHub",
+        )
+    return None
+
+
+def _spawn_gates(state: LoopState, live: Sequence[Task], now: datetime) -> Waiting:
+    settings = state.settings
+    day = gates.local_day(settings, now)
+    if state.spawns_left(day) <= 0:
+        return Waiting(
+            "daily_cap",
+            gates.next_local_midnight(settings, now),
+            f"today's {settings.daily_spawn_cap} spawns are used ({settings.timezone} day {day})",
+        )
+    holding = sorted(t.id for t in live if t.status in _SLOTS)
+    if len(holding) >= settings.max_parallel:
+        return Waiting(
+            "max_parallel",
+            None,
+            f"{len(holding)} of {settings.max_parallel} parallel slots held by {', '.join(holding)}",
+        )
+    return _next_tick(state)
+
+
+def _next_tick(state: LoopState) -> Waiting:
+    # When the next tick is due: a time already past means due now (the scheduler's rate
+    # decides the instant); unknown before the loop's first tick for the user.
+    interval = timedelta(seconds=state.settings.interval_seconds)
+    until = None if state.last_tick_at is None else state.last_tick_at + interval
+    return Waiting("next_tick", until, f"the loop looks every {state.settings.interval_seconds} s")
