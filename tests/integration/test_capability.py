@@ -475,9 +475,13 @@ def test_a_model_without_a_price_is_refused_and_nothing_is_signed(
     assert caught.value.status == 403
     assert asked == ["scripted"]
     assert signs == []
-    # the same exchange with the model priced signs exactly once
+    # an unpriced model is refused for good: the task ended, and cannot start again
+    assert services.tasks.get("alice", task.id).status.value == "failed"
+    # an exchange whose model is priced signs exactly once
+    other = spawn_task(services, user="bob")
+    install(services, owner="bob", installation_id=8)
     priced = Minter(TicketStore(tables), TaskStore(tables), InstallationStore(tables), signer, prices=None)
-    priced.exchange(issue(services, task))
+    priced.exchange(issue(services, other))
     assert signs == ["Sign"]
 
 
@@ -621,3 +625,66 @@ def test_the_relay_key_needs_only_the_public_half(kms: Any, key_id: str) -> None
     client.meta.events.register("before-call.kms.*", lambda model, **_: calls.append(model.name))
     CapabilityVerifier.from_kms(client, [key_id])
     assert calls == ["GetPublicKey"]
+
+
+def test_a_task_that_can_never_start_ends_failed_final_at_once(
+    services: Services, signer: KmsCapabilitySigner
+) -> None:
+    """No installation of the owner lists the repository, or the model is not priced: the
+    task ends `failed` `final` with the reason (not `retryable` after the launch grace), its
+    item shows it, and nothing retries it."""
+    from steward.adapters.price_file import load_price_table  # noqa: PLC0415
+    from steward.domain.models import ItemStatus, TaskStatus  # noqa: PLC0415
+    from steward.domain.reconcile import next_spawn  # noqa: PLC0415
+
+    tables = services.tables
+    minter = Minter(
+        TicketStore(tables),
+        TaskStore(tables),
+        InstallationStore(tables),
+        signer,
+        prices=load_price_table().entry,
+    )
+    task = spawn_task(services)
+    with pytest.raises(Forbidden):
+        minter.exchange(issue(services, task))
+    ended = services.tasks.get("alice", task.id)
+    assert (ended.status, ended.classification.value if ended.classification else None) == (
+        TaskStatus.FAILED,
+        "final",
+    )
+    assert ended.reason == f"cannot start: no live GitHub App installation of the task's owner holds {REPO}"
+    item = services.plans.get("alice", "demo").active_items[0]
+    assert item.status is ItemStatus.FAILED
+    assert next_spawn(item, max_attempts=3) is None  # the loop does not retry it
+
+
+def test_an_unpriced_model_ends_its_task_for_good_and_a_suspended_installation_does_not(
+    services: Services, signer: KmsCapabilitySigner
+) -> None:
+    from steward.adapters.price_file import load_price_table  # noqa: PLC0415
+    from steward.domain.models import TaskStatus  # noqa: PLC0415
+    from steward.domain.prices import UnknownModel  # noqa: PLC0415
+
+    tables = services.tables
+    minter = Minter(
+        TicketStore(tables),
+        TaskStore(tables),
+        InstallationStore(tables),
+        signer,
+        prices=load_price_table().entry,
+    )
+    install(services, suspended=True)
+    task = spawn_task(services)
+    with pytest.raises(Forbidden):
+        minter.exchange(issue(services, task))
+    assert services.tasks.get("alice", task.id).status is TaskStatus.QUEUED  # may be unsuspended: retried
+    install(services)
+    unpriced = spawn_task(services, user="bob", model="no-such-model")
+    install(services, owner="bob", installation_id=8)
+    with pytest.raises(UnknownModel):
+        minter.exchange(issue(services, unpriced))
+    ended = services.tasks.get("bob", unpriced.id)
+    assert ended.status is TaskStatus.FAILED
+    assert ended.reason is not None
+    assert ended.reason.startswith("cannot start: model 'no-such-model' is not in the price table")

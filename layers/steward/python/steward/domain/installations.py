@@ -17,6 +17,11 @@ class Installation(BaseModel):
     # Deliveries stamped alike disagreed about it: the loop re-reads it from GitHub.
     needs_refresh: bool = False
 
+    def lists(self, repo: str) -> bool:
+        """`repo` (owner/name, compared case-insensitively as GitHub does) is among its
+        repositories, suspended or not."""
+        return repo.lower() in {r.lower() for r in self.repositories}
+
     def holds(self, repo: str) -> bool:
-        """Live and holding `repo` (owner/name, compared case-insensitively as GitHub does)."""
-        return not self.suspended and repo.lower() in {r.lower() for r in self.repositories}
+        """Live and holding `repo`."""
+        return not self.suspended and self.lists(repo)

@@ -47,7 +47,7 @@ class WaitingView:
 
     def suspended(self, repo: str) -> bool:
         """The repository is held only by suspended installations of the user."""
-        holding = [i for i in self.installations if repo.lower() in {r.lower() for r in i.repositories}]
+        holding = [i for i in self.installations if i.lists(repo)]
         return bool(holding) and all(i.suspended for i in holding)
 
 

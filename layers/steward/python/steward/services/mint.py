@@ -2,8 +2,11 @@
 
 Order matters. The ticket is consumed first, by one conditional delete, so of any number of
 concurrent exchanges exactly one proceeds, and a refused exchange still uses the ticket up
-(a runtime that was refused has nothing to retry with: its task is failed by the reaper and
-retried by the loop with a fresh ticket). Then every check reads durable state — the task's
+(a runtime that was refused has nothing to retry with). A refusal that will not change by
+itself (no installation of the owner lists the repository at all, or the model is not
+priced) ends the task `failed` `final` at once with that reason; any other (a suspended
+installation, a task that moved on) leaves it to the reaper and the loop's retry with a
+fresh ticket. Then every check reads durable state — the task's
 status, the user's live installation holding the repository, the model's price entry — and
 only after all of them is anything signed. A failure of KMS after the ticket is consumed
 also ends that runtime; the loop's retry covers it the same way.
@@ -11,6 +14,7 @@ also ends that runtime; the loop's retry covers it the same way.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -19,10 +23,13 @@ from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.adapters.ticket_store import TicketStore
 from steward.domain.capability import MAX_LIFETIME_SECONDS, Capability, capability_claims
-from steward.domain.errors import Forbidden, LifecycleError, Unauthorized
-from steward.domain.models import TaskStatus, iso, utcnow
+from steward.domain.errors import Forbidden, LifecycleError, StewardError, Unauthorized
+from steward.domain.models import Task, TaskStatus, iso, utcnow
+
+logger = logging.getLogger(__name__)
 
 LAUNCHABLE = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})
+
 
 # Raises a 403 StewardError (a Forbidden) for a model the price table does not hold.
 PriceCheck = Callable[[str], object]
@@ -57,6 +64,26 @@ class Minter:
         self.clock = clock
         self.lifetime_seconds = lifetime_seconds
 
+    def _end_for_good(self, task: Task, refusal: StewardError, now: datetime) -> None:
+        """A task that cannot start for a reason that will not change by itself ends `failed`
+        `final` at once with that reason (not `retryable` after the launch grace), so the
+        loop does not retry it and the person reads why. Best effort: the refusal is
+        answered either way, and a task that moved on meanwhile is left as it is."""
+        try:
+            ended, changed = self.tasks.transition(
+                task,
+                TaskStatus.FAILED,
+                now=now,
+                event="finished",
+                data={"refused": refusal.code, "field": refusal.field},
+                classification="final",
+                reason=f"cannot start: {refusal.message}",
+            )
+            if changed:
+                self.tasks.project_item(ended, now=now)
+        except StewardError as exc:
+            logger.info("task %s not ended after a refused exchange: %s", task.id, exc.message)
+
     def exchange(self, ticket: str) -> dict[str, object]:
         """{"task_id", "capability", "expires_at"} for a valid ticket, once."""
         now = self.clock()
@@ -68,12 +95,22 @@ class Minter:
             raise Unauthorized("the ticket's task no longer exists")
         if task.status not in LAUNCHABLE:
             raise LifecycleError(f"the task is {task.status.value}; it cannot start", field="status")
-        if not any(i.holds(task.repo) for i in self.installations.for_owner(task.user)):
-            raise Forbidden(
+        installations = self.installations.for_owner(task.user)
+        if not any(i.holds(task.repo) for i in installations):
+            refusal = Forbidden(
                 f"no live GitHub App installation of the task's owner holds {task.repo}", field="repo"
             )
+            # Held by none at all will not change by itself; held only by a suspended one may
+            # (a person unsuspends it), so that task is left to the reaper and the loop's retry.
+            if not any(i.lists(task.repo) for i in installations):
+                self._end_for_good(task, refusal, now)
+            raise refusal
         if self.prices is not None:
-            self.prices(task.model)
+            try:
+                self.prices(task.model)
+            except StewardError as exc:  # an unpriced model: no retry can price it
+                self._end_for_good(task, exc, now)
+                raise
         claims = capability_claims(
             sub=task.user,
             task_id=task.id,
