@@ -51,3 +51,27 @@ def test_tracing_is_on_only_inside_lambda_unless_disabled(
 
     if not traced:  # the untraced decorator hands the handler back as it is
         assert handler({"n": 1}, None) == 2
+
+
+def test_disabled_metrics_record_and_print_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Powertools' own Metrics, disabled, still keeps values and prints an EMF blob once a
+    metric holds 100; the local stack's console must stay quiet."""
+    from aws_lambda_powertools.metrics import MetricUnit  # noqa: PLC0415
+    from steward.observability import metrics_for  # noqa: PLC0415
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    metrics = metrics_for("relay")
+
+    @metrics.log_metrics
+    def handler(event: object, context: object) -> str:
+        for _ in range(250):
+            metrics.add_metric(name="CallsAdmitted", unit=MetricUnit.Count, value=1)
+        return "answered"
+
+    assert handler({}, None) == "answered"
+    metrics.clear_metrics()
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    assert type(metrics_for("relay")).__name__ == "Metrics"

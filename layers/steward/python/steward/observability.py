@@ -7,6 +7,11 @@ The Tracer records X-Ray segments only inside Lambda with tracing not disabled (
 own rule: `LAMBDA_TASK_ROOT` set, `POWERTOOLS_TRACE_DISABLED` not true). Elsewhere (the local
 stack, tests, benchmarks) handlers get a stand-in whose decorator does nothing, because
 building a Powertools Tracer imports the X-Ray SDK (about 250 ms) even when it is disabled.
+
+Metrics likewise: with `POWERTOOLS_METRICS_DISABLED` true (the local stack sets it: EMF lines
+mean nothing without CloudWatch) handlers get a stand-in that records nothing, because
+Powertools' Metrics still keeps every value then, prints a whole EMF blob to stdout once a
+metric holds 100 of them, and warns "No application metrics to publish" on every call.
 """
 
 from __future__ import annotations
@@ -47,8 +52,39 @@ def logger_for(function: str) -> Logger:
     return Logger(service=f"steward-{function}")
 
 
-def metrics_for(function: str) -> Metrics:
-    return Metrics(namespace=NAMESPACE, service=function)
+class HandlerMetrics(Protocol):
+    """The part of Powertools' Metrics the handlers use."""
+
+    def add_metric(self, name: str, unit: Any, value: float, resolution: Any = ...) -> None: ...
+
+    def clear_metrics(self) -> None: ...
+
+    def log_metrics(self, lambda_handler: Any = None, **kwargs: Any) -> Any: ...
+
+
+class _Unmetered:
+    """What handlers record metrics with where metrics are disabled: nothing is kept."""
+
+    def add_metric(self, name: str, unit: Any, value: float, resolution: Any = None) -> None:
+        return None
+
+    def clear_metrics(self) -> None:
+        return None
+
+    def log_metrics(self, lambda_handler: Any = None, **kwargs: Any) -> Any:
+        if lambda_handler is None:
+            return lambda handler: handler
+        return lambda_handler
+
+
+def metrics_enabled() -> bool:
+    return os.environ.get("POWERTOOLS_METRICS_DISABLED", "false").strip().lower() not in _TRUE
+
+
+def metrics_for(function: str) -> HandlerMetrics:
+    if not metrics_enabled():
+        return _Unmetered()
+    return cast(HandlerMetrics, Metrics(namespace=NAMESPACE, service=function))
 
 
 def tracer_for(function: str) -> HandlerTracer:

@@ -12,13 +12,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
 from steward.domain.errors import BadRequest, RetryLater, StewardError, TooLarge
+from steward.observability import HandlerMetrics
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[str]:
@@ -50,7 +51,10 @@ def check_body_size(raw: str | bytes | None, limit: int) -> None:
 
 
 def install_error_handlers(
-    app: ApiGatewayResolver, logger: Logger, metrics: Metrics | None = None, shape: ErrorShape | None = None
+    app: ApiGatewayResolver,
+    logger: Logger,
+    metrics: HandlerMetrics | None = None,
+    shape: ErrorShape | None = None,
 ) -> None:
     """Answer every failure as the documented JSON error (reshaped by `shape` when given);
     count refusals when `metrics`."""
