@@ -14,11 +14,16 @@ import sys
 import time
 from collections.abc import Iterator
 from decimal import Decimal
+from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
 import pytest
+from steward.adapters.dynamo import Tables
+from steward.adapters.installation_store import InstallationStore
+from steward.domain.installations import Installation
+from steward.domain.models import utcnow
 
 from tests.support.documents import document
 
@@ -111,20 +116,33 @@ def test_local_token_and_admin_link(local_up: tuple[subprocess.Popen[str], Path]
     _, state_file = local_up
     token = run(state_file, "local", "token", "erin").stdout.strip()
     assert token.count(".") == 2
-    linked = run(state_file, "admin", "link-installation", "7", "--user", "alice")
+    # Installation 7 as the installation sync records one the App was installed on.
+    state = json.loads(state_file.read_text())
+    tables = Tables.connect(
+        state["table_prefix"],
+        endpoint_url=state["aws_endpoint_url"],
+        region_name=state["region"],
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    InstallationStore(tables).put(
+        Installation(installation_id=7, account="other-org", repositories=("other-org/tool",)), now=utcnow()
+    )
+    linked = run(state_file, "admin", "link-installation", "7", "--owner", "alice")
     assert linked.returncode == 0, linked.stderr
     assert "linked to alice" in linked.stdout
-    taken = run(state_file, "admin", "link-installation", "7", "--user", "bob")
+    taken = run(state_file, "admin", "link-installation", "7", "--owner", "bob")
     assert taken.returncode == 1
     assert "another user" in taken.stderr
-    moved = run(state_file, "admin", "link-installation", "7", "--user", "bob", "--force")
+    moved = run(state_file, "admin", "link-installation", "7", "--owner", "bob", "--force")
     assert moved.returncode == 0
+    assert InstallationStore(tables).for_owner("bob")[0].installation_id == 7
 
 
 def test_local_capability_drives_the_relay_from_outside(local_up: tuple[subprocess.Popen[str], Path]) -> None:
     _, state_file = local_up
     made = run(
-        state_file, "local", "capability", "--user", "alice", "--budget-usd", "0.002", "--model", "scripted"
+        state_file, "local", "capability", "--owner", "alice", "--budget-usd", "0.002", "--model", "scripted"
     )
     assert made.returncode == 0, made.stderr
     fixture = json.loads(made.stdout)
@@ -196,7 +214,7 @@ def test_stock_boto3_with_only_its_environment_calls_the_local_relay_over_https(
             state_file,
             "local",
             "capability",
-            "--user",
+            "--owner",
             "alice",
             "--budget-usd",
             "0.05",
@@ -229,7 +247,7 @@ def test_admin_brake_stops_model_calls_until_released(local_up: tuple[subprocess
             state_file,
             "local",
             "capability",
-            "--user",
+            "--owner",
             "alice",
             "--budget-usd",
             "0.05",
@@ -277,7 +295,7 @@ def opened_pull_request(state_file: Path, tmp_path: Path) -> tuple[str, int, str
             state_file,
             "local",
             "capability",
-            "--user",
+            "--owner",
             "alice",
             "--budget-usd",
             "0.10",
@@ -408,6 +426,128 @@ def test_a_merge_whose_webhook_is_withheld_reaches_merged_through_resync(
     assert sources[-1] == "resync"
 
 
+def steward(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real entry point with exactly `args` (no options put in front of them)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
+    return subprocess.run(
+        [*STEWARD, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, **(env or {})},
+        check=False,
+    )
+
+
+def test_global_options_work_anywhere_and_json_errors_are_json(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    _, state_file = local_up
+    sf = str(state_file)
+    version = steward("--version")
+    assert (version.returncode, version.stdout.strip()) == (0, f"steward {metadata.version('steward')}")
+    plan_file = tmp_path / "anywhere.md"
+    plan_file.write_text(document("Options after the subcommand"))
+    published = steward("plan", "publish", str(plan_file), "--state-file", sf, "--json")
+    assert published.returncode == 0, published.stderr
+    assert json.loads(published.stdout)["slug"] == "anywhere"
+    shown = steward("plan", "show", "anywhere", "--json", "--state-file", sf)
+    assert json.loads(shown.stdout)["items"][0]["title"] == "Options after the subcommand"
+    # bob cannot see alice's plan, whichever position says --user; an option a subcommand
+    # was not given keeps what an earlier position set.
+    for args in (
+        ("plan", "show", "anywhere", "--user", "bob", "--json", "--state-file", sf),
+        ("--user", "bob", "--json", "plan", "show", "anywhere", "--state-file", sf),
+    ):
+        hidden = steward(*args)
+        assert hidden.returncode == 1
+        assert hidden.stderr == ""
+        error = json.loads(hidden.stdout)["error"]
+        assert (error["code"], error["status"]) == ("not_found", 404), error
+    nobody = steward("tasks", "--user", "nobody", "--state-file", sf)
+    assert nobody.returncode == 1
+    assert "no token for user 'nobody'" in nobody.stderr
+    usage = steward("plan", "show", "--json")
+    assert usage.returncode == 2
+    assert json.loads(usage.stdout)["error"]["code"] == "usage"
+    plain = steward("plan", "show")
+    assert (plain.returncode, plain.stdout) == (2, "")
+    assert "required: slug" in plain.stderr
+
+
+def test_task_retry_says_which_attempt_is_queued(local_up: tuple[subprocess.Popen[str], Path]) -> None:
+    _, state_file = local_up
+    sf = str(state_file)
+    # `local capability` names its owner with --owner; --user (the identity the CLI acts as,
+    # here after the subcommand) still means the same dev user.
+    made = steward("local", "capability", "--budget-usd", "0.01", "--user", "alice", "--state-file", sf)
+    assert made.returncode == 0, made.stderr
+    task_id = json.loads(made.stdout)["task_id"]
+    task = json.loads(steward("--json", "task", "show", task_id, "--state-file", sf).stdout)
+    assert task["attempt"] == 1
+    assert steward("task", "cancel", task_id, "--state-file", sf).returncode == 0
+    retried = steward("task", "retry", task_id, "--state-file", sf)
+    assert retried.returncode == 0, retried.stderr
+    assert f"retry requested for item #1 of plan {task['plan_slug']}: attempt 2 is queued" in retried.stdout
+    assert "the loop picks it up at its next tick" in retried.stdout
+    again = steward("--json", "task", "retry", task_id, "--state-file", sf)  # until spawned: the same ask
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["queued_attempt"] == 2
+    # No runtime for a fixture's second attempt on the shared stack.
+    assert steward("plan", "archive", task["plan_slug"], "--state-file", sf).returncode == 0
+
+
+def test_admin_link_installation_refuses_without_aws_and_for_unknown_installations(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    _, state_file = local_up
+    no_aws = {
+        "HOME": str(tmp_path),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    for args in (
+        ("admin", "link-installation", "1", "--owner", "alice"),
+        ("admin", "brake", "status"),
+    ):
+        refused = steward(*args, "--state-file", str(tmp_path / "local.json"), env=no_aws)
+        assert refused.returncode == 1
+        assert refused.stdout == ""
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "no AWS region or credentials configured" in refused.stderr
+    for force in ((), ("--force",)):
+        unknown = run(state_file, "admin", "link-installation", "424242", "--owner", "alice", *force)
+        assert unknown.returncode == 1
+        assert "installation 424242 is not one the GitHub App has" in unknown.stderr
+        assert "Traceback" not in unknown.stderr
+    old_spelling = run(state_file, "admin", "link-installation", "1", "--user", "bob")
+    assert old_spelling.returncode == 2
+    assert "say --owner bob" in old_spelling.stderr
+    relinked = run(state_file, "--json", "admin", "link-installation", "1", "--owner", "alice")
+    assert json.loads(relinked.stdout)["owner_sub"] == "alice"  # the seed's owner, unchanged
+
+
+def test_a_second_stack_on_the_same_state_directory_is_refused(
+    local_up: tuple[subprocess.Popen[str], Path],
+) -> None:
+    process, state_file = local_up
+    before = state_file.read_bytes()
+    lock = state_file.parent / "stack.lock"
+    assert lock.read_text().strip() == str(process.pid)
+    second = steward("local", "up", "--state-file", str(state_file))
+    assert second.returncode == 1
+    assert f"a stack is already running (pid {process.pid})" in second.stderr
+    demo = steward("demo", "--json", "--state-file", str(state_file.parent / "demo.json"))
+    assert demo.returncode == 1
+    error = json.loads(demo.stdout)["error"]
+    assert (error["code"], error["pid"]) == ("stack_running", process.pid)
+    assert not (state_file.parent / "demo.json").exists()
+    assert state_file.read_bytes() == before
+    assert lock.read_text().strip() == str(process.pid)
+    assert run(state_file, "plan", "list").returncode == 0  # the first stack still answers
+
+
 def test_sigterm_stops_everything_and_removes_the_state_file(
     local_up: tuple[subprocess.Popen[str], Path],
 ) -> None:
@@ -425,9 +565,29 @@ def test_sigterm_stops_everything_and_removes_the_state_file(
             pass
 
 
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, f"{os.getpid()}\\n".encode())
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
 def test_demo_runs_to_completion(tmp_path: Path) -> None:
+    # A stack killed with SIGKILL leaves its lock file (and pid) behind: it blocks nothing.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path / "stack.lock")], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "locked"
+    holder.kill()
+    holder.wait(timeout=10)
+    assert (tmp_path / "stack.lock").read_text().strip() == str(holder.pid)
     result = run(tmp_path / "demo.json", "demo")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "every item became a reviewed, merged pull request; the plan is completed" in result.stdout
     assert result.stdout.count("1/1 passed") == 3  # each item's required check, on its final tree
     assert not (tmp_path / "demo.json").exists()
+    assert (tmp_path / "stack.lock").read_text() == ""  # released: no pid of a stopped stack

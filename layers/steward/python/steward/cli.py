@@ -1,6 +1,8 @@
 """`steward`: the command line client of the API and of the local stack.
 
-Human-readable tables by default, `--json` for scripts. The endpoint and token come from
+Human-readable tables by default, `--json` for scripts (errors too: `{"error": {"code",
+"message", ...}}` on stdout, with a non-zero exit). The global options (`--json`, `--user`,
+`--state-file`) work anywhere on the command line. The endpoint and token come from
 STEWARD_API_URL / STEWARD_TOKEN, else from the local stack's state file, else from the
 stored `steward login` (see `steward.adapters.api_client.resolve_endpoint`).
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import sys
@@ -16,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from steward.adapters import login
 from steward.adapters.api_client import DEFAULT_STATE_FILE, ApiClient, ApiError, resolve_endpoint
@@ -24,6 +27,56 @@ from steward.cli_render import render_loop, render_plan, render_plans, render_ta
 from steward.domain.errors import StewardError
 
 Handler = Callable[[argparse.Namespace], int]
+
+GLOBAL_DEFAULTS: dict[str, Any] = {"json": False, "user": None, "state_file": None}
+
+
+class CliError(Exception):
+    """A refusal the CLI itself decides (bad input, a missing local stack, AWS not set up):
+    one line on stderr, or the JSON error on stdout under `--json`."""
+
+    def __init__(self, code: str, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.exit_code = exit_code
+
+
+class UsageError(Exception):
+    """What argparse refused; `main` shows it as argparse would, or as JSON."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class StewardParser(argparse.ArgumentParser):
+    """Every parser of the CLI (subcommands are built with the class of their parent)
+    accepts the global options, so they work anywhere on the command line. Their defaults
+    are SUPPRESS below the top level: a subcommand that was not given one leaves alone what
+    an earlier position set (the top level sets the real defaults, GLOBAL_DEFAULTS)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        group = self.add_argument_group("global options (anywhere on the command line)")
+        group.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of tables"
+        )
+        group.add_argument(
+            "--user",
+            default=argparse.SUPPRESS,
+            help="local dev identity to act as (default: alice, or STEWARD_USER)",
+        )
+        group.add_argument(
+            "--state-file",
+            type=Path,
+            default=argparse.SUPPRESS,
+            help=f"local stack state file; its directory holds the stack's state (default {DEFAULT_STATE_FILE})",
+        )
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self, message)
 
 
 def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> int:
@@ -33,6 +86,18 @@ def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> 
 
 def _client(args: argparse.Namespace) -> ApiClient:
     return ApiClient(resolve_endpoint(args.user, args.state_file))
+
+
+def _state_file(args: argparse.Namespace) -> Path:
+    return Path(args.state_file or DEFAULT_STATE_FILE)
+
+
+def _running_stack(args: argparse.Namespace) -> Path:
+    """The running local stack's state file, or a CliError saying to start one."""
+    state_file = _state_file(args)
+    if not state_file.exists():
+        raise CliError("no_stack", f"{state_file} not found: start `steward local up` first")
+    return state_file
 
 
 def _slug_from_path(path: Path) -> str:
@@ -45,8 +110,7 @@ def cmd_plan_publish(args: argparse.Namespace) -> int:
     try:
         markdown = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"error: cannot read {path}: {exc}", file=sys.stderr)
-        return 1
+        raise CliError("unreadable", f"cannot read {path}: {exc}") from None
     slug = args.slug or _slug_from_path(path)
     plan = _client(args).request("PUT", f"/v1/plans/{slug}", {"markdown": markdown})
     return _emit(args, plan, render_plan)
@@ -79,12 +143,37 @@ def cmd_task_show(args: argparse.Namespace) -> int:
     return _emit(args, _client(args).request("GET", f"/v1/tasks/{args.id}"), render_task)
 
 
-def _task_action(action: str) -> Handler:
-    def run(args: argparse.Namespace) -> int:
-        result = _client(args).request("POST", f"/v1/tasks/{args.id}/{action}")
-        return _emit(args, result, lambda d: render_task(d.get("task", d)))
+def cmd_task_cancel(args: argparse.Namespace) -> int:
+    result = _client(args).request("POST", f"/v1/tasks/{args.id}/cancel")
+    return _emit(args, result, lambda d: render_task(d.get("task", d)))
 
-    return run
+
+def cmd_task_retry(args: argparse.Namespace) -> int:
+    """Ask for another attempt of a finished task's item. The API answers with the task
+    retried; the loop spawns attempt + 1 at its next tick (an explicit retry is not bounded
+    by max_attempts), unless the loop is paused or disabled."""
+    client = _client(args)
+    result = client.request("POST", f"/v1/tasks/{args.id}/retry")
+    task = result.get("task", result)
+    queued = result.get("queued_attempt") or int(task["attempt"]) + 1
+    loop: dict[str, Any] = client.request("GET", "/v1/loop") or {}
+    interval = loop.get("interval_seconds")
+    if loop.get("enabled") is False:
+        when = "the loop is disabled: it spawns the attempt once enabled (`steward loop set --enabled true`)"
+    elif loop.get("paused"):
+        when = "the loop is paused: it spawns the attempt once resumed (`steward loop set --paused false`)"
+    else:
+        every = f" (every {interval} s)" if interval else ""
+        when = f"the loop picks it up at its next tick{every}"
+    data = {**result, "queued_attempt": queued}
+
+    def render(_: Any) -> str:
+        return (
+            f"retry requested for item #{task['ordinal']} of plan {task['plan_slug']}: "
+            f"attempt {queued} is queued (after {task['id']}, attempt {task['attempt']}); {when}"
+        )
+
+    return _emit(args, data, render)
 
 
 def cmd_loop_show(args: argparse.Namespace) -> int:
@@ -120,8 +209,7 @@ def cmd_loop_set(args: argparse.Namespace) -> int:
             start, _, end = args.quiet_hours.partition("-")
             body["quiet_hours"] = {"start": start, "end": end}
     if not body:
-        print("error: nothing to set; see `steward loop set --help`", file=sys.stderr)
-        return 2
+        raise CliError("usage", "nothing to set; see `steward loop set --help`", exit_code=2)
     return _emit(args, _client(args).request("PUT", "/v1/loop", body), render_loop)
 
 
@@ -131,8 +219,8 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with LocalStack(
-        state_file=args.state_file or DEFAULT_STATE_FILE,
+    with LocalStack(  # refuses (StackAlreadyRunning) when a stack holds the state directory
+        state_file=_state_file(args),
         tick_seconds=args.tick_seconds,
         reaper_seconds=args.reaper_seconds,
         resync_seconds=args.resync_seconds,
@@ -149,8 +237,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
 def cmd_local_token(args: argparse.Namespace) -> int:
     from steward.local.dev_auth import DevIssuer  # noqa: PLC0415
 
-    state_file = args.state_file or DEFAULT_STATE_FILE
-    issuer = DevIssuer.load_or_create(state_file.parent / "dev-jwt-key.pem")
+    issuer = DevIssuer.load_or_create(_state_file(args).parent / "dev-jwt-key.pem")
     print(issuer.mint(args.name))
     return 0
 
@@ -166,26 +253,23 @@ def _decimal_arg(text: str) -> Decimal:
 
 
 def cmd_local_capability(args: argparse.Namespace) -> int:
+    """The task's owner is `--owner`, else the identity the CLI acts as (`--user`, else
+    STEWARD_USER, else alice): both name a dev user of the local stack, so the old spelling
+    `--user` keeps its meaning here."""
     from steward.local.fixtures import running_task_with_capability  # noqa: PLC0415
 
-    state_file = args.state_file or DEFAULT_STATE_FILE
-    if not state_file.exists():
-        print(f"error: {state_file} not found: start `steward local up` first", file=sys.stderr)
-        return 1
+    state_file = _running_stack(args)
+    owner = args.owner or args.user or os.environ.get("STEWARD_USER") or "alice"
     result = running_task_with_capability(
-        state_file, user=args.fixture_user, budget_usd=args.budget_usd, model=args.model
+        state_file, user=owner, budget_usd=args.budget_usd, model=args.model
     )
     print(json.dumps(result))
     return 0
 
 
-def _twin_url(args: argparse.Namespace) -> str | None:
-    """The running local stack's GitHub twin, or None (said on stderr)."""
-    state_file = args.state_file or DEFAULT_STATE_FILE
-    if not state_file.exists():
-        print(f"error: {state_file} not found: start `steward local up` first", file=sys.stderr)
-        return None
-    return str(json.loads(state_file.read_text())["github_url"])
+def _twin_url(args: argparse.Namespace) -> str:
+    """The running local stack's GitHub twin (a CliError when none runs)."""
+    return str(json.loads(_running_stack(args).read_text())["github_url"])
 
 
 def _github_action(action: str) -> Handler:
@@ -193,14 +277,11 @@ def _github_action(action: str) -> Handler:
         from steward.local.github_twin import admin  # noqa: PLC0415
 
         url = _twin_url(args)
-        if url is None:
-            return 1
         try:
             repo, number = admin.parse_pull_ref(args.pull)
             pull = getattr(admin, action)(url, repo, number)
         except (admin.AdminError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+            raise CliError("github_twin", str(exc)) from None
         return _emit(args, pull, lambda d: f"{repo}#{number}: {d.get('state')} (merged: {d.get('merged')})")
 
     return run
@@ -210,24 +291,34 @@ def cmd_local_github_withhold(args: argparse.Namespace) -> int:
     from steward.local.github_twin import admin  # noqa: PLC0415
 
     url = _twin_url(args)
-    if url is None:
-        return 1
     try:
         on = admin.withhold(url, args.mode == "on")
     except admin.AdminError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise CliError("github_twin", str(exc)) from None
     return _emit(
         args, {"withholding": on}, lambda d: "webhooks withheld" if d["withholding"] else "webhooks delivered"
     )
 
 
 def cmd_admin_link(args: argparse.Namespace) -> int:
+    """`--owner` is required: a deployment's sub is not a local dev identity, and an
+    installation decides whose repositories a task may touch, so the global `--user` (the
+    identity the CLI acts as) is never taken for it."""
+    from steward.adapters.operator_aws import failures_as_errors  # noqa: PLC0415
     from steward.services.admin import link_installation  # noqa: PLC0415
     from steward.wiring import operator_tables  # noqa: PLC0415
 
-    tables = operator_tables(args.state_file or DEFAULT_STATE_FILE)
-    installation = link_installation(tables, args.installation_id, args.sub, force=args.force)
+    if not args.owner:
+        hint = (
+            f"--user names the identity the CLI acts as, not the installation's owner: "
+            f"say --owner {args.user} to link it to {args.user}"
+            if args.user
+            else "name the installation's owner: --owner SUB (the user's JWT sub)"
+        )
+        raise CliError("usage", hint, exit_code=2)
+    with failures_as_errors():
+        tables = operator_tables(_state_file(args))
+        installation = link_installation(tables, args.installation_id, args.owner, force=args.force)
     return _emit(
         args,
         installation.model_dump(mode="json"),
@@ -241,17 +332,19 @@ def cmd_admin_brake(args: argparse.Namespace) -> int:
     import getpass  # noqa: PLC0415
 
     from steward.adapters.brake_store import BrakeStore  # noqa: PLC0415
+    from steward.adapters.operator_aws import failures_as_errors  # noqa: PLC0415
     from steward.domain.models import utcnow  # noqa: PLC0415
     from steward.wiring import operator_tables  # noqa: PLC0415
 
-    store = BrakeStore(operator_tables(args.state_file or DEFAULT_STATE_FILE))
     by = f"operator {getpass.getuser()}"
-    if args.mode == "on":
-        brake, changed = store.engage(reason=args.reason, by=by, now=utcnow())
-    elif args.mode == "off":
-        brake, changed = store.release(by=by, now=utcnow())
-    else:
-        brake, changed = store.read(), False
+    with failures_as_errors():
+        store = BrakeStore(operator_tables(_state_file(args)))
+        if args.mode == "on":
+            brake, changed = store.engage(reason=args.reason, by=by, now=utcnow())
+        elif args.mode == "off":
+            brake, changed = store.release(by=by, now=utcnow())
+        else:
+            brake, changed = store.read(), False
     data = {
         "engaged": brake.engaged,
         "changed": changed,
@@ -375,10 +468,12 @@ def _add_task_commands(sub: Any) -> None:
     p = task.add_parser("show")
     p.add_argument("id")
     p.set_defaults(func=cmd_task_show)
-    for action in ("retry", "cancel"):
-        p = task.add_parser(action)
-        p.add_argument("id")
-        p.set_defaults(func=_task_action(action))
+    p = task.add_parser("retry", help="ask the loop for another attempt of a finished task's item")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_task_retry)
+    p = task.add_parser("cancel")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_task_cancel)
 
 
 def _add_loop_commands(sub: Any) -> None:
@@ -413,7 +508,10 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     p = local.add_parser(
         "capability", help="create a running task for a user and print its capability (JSON)"
     )
-    p.add_argument("--user", dest="fixture_user", required=True, help="the task's owner")
+    p.add_argument(
+        "--owner",
+        help="the task's owner, a dev user (default: the identity the CLI acts as, --user, else alice)",
+    )
     p.add_argument("--budget-usd", type=_decimal_arg, required=True, help="the task's budget")
     p.add_argument("--model", default="scripted", help="a model id of the price table (default scripted)")
     p.set_defaults(func=cmd_local_capability)
@@ -438,8 +536,12 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     )
     p = admin.add_parser("link-installation", help="link a GitHub App installation to a user")
     p.add_argument("installation_id", type=int)
-    p.add_argument("--user", dest="sub", required=True, help="the user's JWT sub")
-    p.add_argument("--force", action="store_true", help="move it from another user")
+    p.add_argument("--owner", help="the user's JWT sub (required)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="move it from another user (never links an installation the GitHub App does not have)",
+    )
     p.set_defaults(func=cmd_admin_link)
     p = admin.add_parser(
         "brake", help="the global brake: refuse every new model call and spawn (on), release it (off)"
@@ -450,13 +552,19 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     sub.add_parser("demo", help="run the demo on the local stack").set_defaults(func=cmd_demo)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("steward")
+    except PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="steward", description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--user", help="local dev identity to act as (default: alice, or STEWARD_USER)")
-    parser.add_argument(
-        "--state-file", type=Path, help=f"local stack state file (default {DEFAULT_STATE_FILE})"
-    )
+    parser = StewardParser(prog="steward", description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.set_defaults(**GLOBAL_DEFAULTS)
+    parser.add_argument("--version", action="version", version=f"steward {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_plan_commands(sub)
     _add_task_commands(sub)
@@ -466,26 +574,67 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        code: int = args.func(args)
-    except ApiError as exc:
+def _wants_json(argv: Sequence[str]) -> bool:
+    """`--json` among the options (before a `--`), for errors found before parsing ends."""
+    options = list(argv)
+    if "--" in options:
+        options = options[: options.index("--")]
+    return "--json" in options
+
+
+def _failure(exc: Exception) -> tuple[dict[str, Any], str, int] | None:
+    """The JSON error, the line for stderr and the exit code of a refusal (None: not one)."""
+    if isinstance(exc, ApiError):
+        error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+        error |= {"status": exc.status} if exc.status else {}
+        error |= {"field": exc.field} if exc.field else {}
         where = f" (field: {exc.field})" if exc.field else ""
         status = f"{exc.status} " if exc.status else ""
-        print(f"error: {status}{exc.code}: {exc.message}{where}", file=sys.stderr)
-        return 1
-    except login.LoginError as exc:
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 1
-    except StewardError as exc:  # from commands that act on storage directly (admin)
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 1
+        return error, f"error: {status}{exc.code}: {exc.message}{where}", 1
+    if isinstance(exc, CliError):
+        return {"code": exc.code, "message": exc.message}, f"error: {exc.message}", exc.exit_code
+    if isinstance(exc, login.LoginError):
+        return {"code": exc.code, "message": exc.message}, f"error: {exc.code}: {exc.message}", 1
+    if isinstance(exc, StewardError):  # commands that act on storage directly (admin, local up)
+        error = {"code": exc.code, "message": exc.message}
+        error |= {"field": exc.field} if exc.field else {}
+        pid = getattr(exc, "pid", None)  # StackAlreadyRunning names the running stack
+        error |= {"pid": pid} if pid else {}
+        return error, f"error: {exc.code}: {exc.message}", 1
+    return None
+
+
+def _fail(as_json: bool, error: dict[str, Any], human: str, exit_code: int) -> int:
+    """An error: `{"error": {...}}` on stdout under --json, else one line on stderr."""
+    if as_json:
+        print(json.dumps({"error": error}, indent=2, ensure_ascii=False))
+    else:
+        print(human, file=sys.stderr)
+    return exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        as_json = _wants_json(argv)
+        if not as_json:
+            exc.parser.print_usage(sys.stderr)
+        error = {"code": "usage", "message": exc.message}
+        return _fail(as_json, error, f"{exc.parser.prog}: error: {exc.message}", 2)
+    try:
+        code: int = args.func(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # output piped into `head` and friends
         sys.stderr.close()
         return 0
+    except Exception as exc:
+        failure = _failure(exc)
+        if failure is None:
+            raise
+        return _fail(args.json, *failure)
     return code
 
 

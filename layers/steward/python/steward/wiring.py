@@ -389,7 +389,9 @@ def reaper() -> Reaper:
 def operator_tables(state_file: Path, environ: Mapping[str, str] | None = None) -> Tables:
     """The deployment's tables for an operator: AWS credentials and STEWARD_TABLE_PREFIX
     from the environment, or the local stack's endpoint when its state file exists and no
-    AWS endpoint is configured."""
+    AWS endpoint is configured. With neither a region and credentials (as boto3 resolves
+    them for this process) nor that state file, raises AwsNotConfigured (one line for the
+    CLI, rather than botocore's traceback)."""
     import json  # noqa: PLC0415
 
     from steward.adapters.dynamo import Tables  # noqa: PLC0415
@@ -402,6 +404,13 @@ def operator_tables(state_file: Path, environ: Mapping[str, str] | None = None) 
         kwargs = {"endpoint_url": state["aws_endpoint_url"], "region_name": state["region"]}
         kwargs |= {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
         prefix = prefix or state["table_prefix"]
+    else:
+        from steward.adapters.operator_aws import require_configured  # noqa: PLC0415
+
+        require_configured(
+            "set AWS credentials and AWS_DEFAULT_REGION (or AWS_PROFILE) for the deployment's account, "
+            f"or start the local stack (`steward local up`, which writes {state_file})"
+        )
     return Tables.connect(prefix or Settings.from_env(env).table_prefix, **kwargs)
 
 

@@ -5,14 +5,21 @@ bucket created from the same specs as the CDK app) and the real API Lambda handl
 adapter that verifies dev bearer tokens as API Gateway's JWT authorizer would. Later
 capabilities add the relay, the webhook receiver, the GitHub twin, the scheduler tick and
 the local launcher here.
+
+One stack per state directory: `StackLock` holds `stack.lock` there from before the first
+part starts until the last one stopped, so a second `steward local up` or `steward demo` on
+the same directory refuses instead of overwriting the first one's state and repositories.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +30,7 @@ from steward.adapters.dynamo import Tables
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.config import Settings
+from steward.domain.errors import StewardError
 from steward.domain.installations import Installation
 from steward.domain.models import utcnow
 from steward.domain.routes import RELAY_BINARY_MEDIA_TYPES, RUNTIME_PREFIX
@@ -43,6 +51,78 @@ DEFAULT_TICK_SECONDS = 2.0
 DEFAULT_REAPER_SECONDS = 5.0
 
 SEED_INSTALLATION = 1
+LOCK_FILE = "stack.lock"
+
+
+class StackAlreadyRunning(StewardError):
+    """Another live process holds the state directory's stack lock."""
+
+    status = 409
+    code = "stack_running"
+
+    def __init__(self, message: str, *, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class StackLock:
+    """An exclusive `flock` on `<state dir>/stack.lock`, which holds the owner's pid.
+
+    The kernel drops the lock when its process ends, however it ends (SIGKILL included), so
+    a file left by a killed stack blocks nothing: the next stack takes the lock and writes its
+    own pid. The descriptor is not inherited by the runtimes the stack spawns (close-on-exec),
+    so none of them can keep the directory locked after the stack is gone.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise StackAlreadyRunning naming the holder's pid."""
+        if self._fd is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _holder(fd)
+            os.close(fd)
+            shown = str(pid) if pid is not None else "unknown"
+            raise StackAlreadyRunning(
+                f"a stack is already running (pid {shown}) with its state in {self.path.parent}; "
+                "stop it first, or give this one another --state-file directory",
+                pid=pid,
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Empty the file (no pid of a stopped stack stays behind) and drop the lock."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        os.close(fd)  # closing the only descriptor of the open file releases the flock
+
+
+def _holder(fd: int, wait_seconds: float = 1.0) -> int | None:
+    """The pid the lock's holder wrote (it writes it right after taking the lock: wait for
+    it briefly), or None."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return int(text)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
 
 
 @dataclass
@@ -66,6 +146,7 @@ class LocalStack:
     _twin: GitHubTwin | None = field(default=None, init=False)
     _sources: list[Schedule | SqsSource] = field(default_factory=list, init=False)
     _saved_env: dict[str, str | None] = field(default_factory=dict, init=False)
+    _lock: StackLock | None = field(default=None, init=False)
     state: dict[str, Any] = field(default_factory=dict, init=False)
 
     @property
@@ -80,7 +161,12 @@ class LocalStack:
         return self.state_file.parent
 
     def start(self) -> dict[str, Any]:
-        """Start every part, then write the state file (only once everything answers)."""
+        """Take the state directory's lock (StackAlreadyRunning when another stack holds
+        it: nothing is started and nothing of the other stack's is touched), start every
+        part, then write the state file (only once everything answers)."""
+        lock = StackLock(self.state_dir)
+        lock.acquire()
+        self._lock = lock
         try:
             return self._start()
         except BaseException:
@@ -327,6 +413,9 @@ class LocalStack:
             self.state = {}
         self._set_env(self._saved_env, save=False)
         self._saved_env = {}
+        if self._lock is not None:  # last: the directory is free once every part is down
+            self._lock.release()
+            self._lock = None
 
     def _set_env(self, values: dict[str, str | None], *, save: bool = True) -> None:
         for key, value in values.items():
