@@ -591,3 +591,69 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
     assert result.stdout.count("1/1 passed") == 3  # each item's required check, on its final tree
     assert not (tmp_path / "demo.json").exists()
     assert (tmp_path / "stack.lock").read_text() == ""  # released: no pid of a stopped stack
+
+
+def test_task_commands_show_events_artifacts_diff_and_the_pull_request(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """`task events`, `task artifacts`, `task artifact`, `task diff`, `task open`, `tasks
+    --watch`, `plan watch`, `loop pause` / `resume`, as a person runs them."""
+    import boto3  # noqa: PLC0415
+
+    _, state_file = local_up
+    state = json.loads(state_file.read_text())
+    task_id, _, html_url = opened_pull_request(state_file, tmp_path)
+    alice = {"Authorization": f"Bearer {state['users']['alice']}"}
+    deadline = time.monotonic() + 20
+    while (
+        httpx.get(f"{state['api_url']}/v1/tasks/{task_id}", headers=alice, timeout=30).json()["pr_url"]
+        is None
+    ):
+        assert time.monotonic() < deadline, "the pull request never reached the task"
+        time.sleep(0.2)
+
+    events = run(state_file, "task", "events", task_id)
+    assert events.returncode == 0, events.stderr
+    assert "github_event" in events.stdout
+    as_json = json.loads(run(state_file, "--json", "task", "events", task_id).stdout)
+    assert [e["seq"] for e in as_json["events"]] == sorted(e["seq"] for e in as_json["events"])
+    opened = run(state_file, "task", "open", task_id)
+    assert (opened.returncode, opened.stdout.strip()) == (0, html_url)
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=state["aws_endpoint_url"],
+        region_name=state["region"],
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    bucket = s3.list_buckets()["Buckets"][0]["Name"]
+    s3.put_object(Bucket=bucket, Key=f"artifacts/{task_id}/diff.patch", Body=b"--- a/x\n+++ b/x\n")
+    s3.put_object(Bucket=bucket, Key=f"artifacts/{task_id}/screen.txt", Body=b"$ pytest -q\n1 passed\n")
+    listed = run(state_file, "task", "artifacts", task_id)
+    assert "diff.patch" in listed.stdout
+    assert "screen.txt" in listed.stdout
+    assert run(state_file, "task", "diff", task_id).stdout == "--- a/x\n+++ b/x\n"
+    out = tmp_path / "screen.txt"
+    saved = run(state_file, "task", "artifact", task_id, "screen.txt", "-o", str(out))
+    assert saved.returncode == 0, saved.stderr
+    assert out.read_bytes() == b"$ pytest -q\n1 passed\n"
+    missing = run(state_file, "--json", "task", "artifact", task_id, "publish.json")
+    assert missing.returncode == 1
+    assert json.loads(missing.stdout)["error"]["status"] == 404
+
+    watched = run(state_file, "tasks", "--watch", "--rounds", "1")
+    assert watched.returncode == 0
+    assert task_id in watched.stdout
+    plan_slug = httpx.get(f"{state['api_url']}/v1/tasks/{task_id}", headers=alice, timeout=30).json()[
+        "plan_slug"
+    ]
+    plan = run(state_file, "plan", "watch", plan_slug, "--rounds", "1")
+    assert plan.returncode == 0
+    assert f"plan {plan_slug}" in plan.stdout
+    assert task_id in plan.stdout
+
+    paused = json.loads(run(state_file, "--json", "loop", "pause").stdout)
+    assert paused["paused"] is True
+    resumed = json.loads(run(state_file, "--json", "loop", "resume").stdout)
+    assert resumed["paused"] is False

@@ -16,6 +16,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -23,8 +24,9 @@ from typing import Any, NoReturn
 
 from steward.adapters import login
 from steward.adapters.api_client import DEFAULT_STATE_FILE, ApiClient, ApiError, resolve_endpoint
-from steward.cli_render import render_loop, render_plan, render_plans, render_task, render_tasks
+from steward.cli_render import render_loop, render_plan, render_plans, render_task, render_tasks, table
 from steward.domain.errors import StewardError
+from steward.domain.models import TERMINAL_PLAN_STATUSES, TERMINAL_TASK_STATUSES
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -135,8 +137,16 @@ def cmd_plan_list(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    tasks = _client(args).paged("/v1/tasks", "tasks", {"plan": args.plan})
-    return _emit(args, {"tasks": tasks}, lambda d: render_tasks(d["tasks"]))
+    client = _client(args)
+
+    def read() -> Any:
+        return {"tasks": client.paged("/v1/tasks", "tasks", {"plan": args.plan})}
+
+    if not args.watch:
+        return _emit(args, read(), lambda d: render_tasks(d["tasks"]))
+    return _watch(
+        args, read, lambda d: render_tasks(d["tasks"]), lambda d: all(_terminal(t) for t in d["tasks"])
+    )
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
@@ -174,6 +184,113 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
         )
 
     return _emit(args, data, render)
+
+
+def _terminal(task: dict[str, Any]) -> bool:
+    return task.get("status") in {status.value for status in TERMINAL_TASK_STATUSES}
+
+
+def cmd_task_events(args: argparse.Namespace) -> int:
+    """The task's durable events in order; `--follow` keeps printing new ones until the task
+    ends (a person's `tail -f`)."""
+    client, after, seen = _client(args), 0, []
+    while True:
+        page = client.request("GET", f"/v1/tasks/{args.id}/events", params={"after": after, "limit": 100})
+        for event in page["events"]:
+            seen.append(event)
+            if not args.json:
+                print(
+                    f"{event['seq']:>4}  {event['at']}  {event['type']:<12} {json.dumps(event.get('data') or {})}"
+                )
+        after = page["next"]
+        if page["events"]:
+            continue  # more may be waiting
+        if not args.follow or _terminal(client.request("GET", f"/v1/tasks/{args.id}")):
+            break
+        time.sleep(args.interval)
+    if args.json:
+        print(json.dumps({"events": seen}, indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_task_artifacts(args: argparse.Namespace) -> int:
+    listed = _client(args).request("GET", f"/v1/tasks/{args.id}/artifacts")
+    return _emit(
+        args, listed, lambda d: table([(a["name"], a["size"]) for a in d["artifacts"]], ("artifact", "bytes"))
+    )
+
+
+def cmd_task_artifact(args: argparse.Namespace) -> int:
+    data = _client(args).artifact(args.id, args.name)
+    if args.output:
+        Path(args.output).write_bytes(data)
+        print(f"{args.name}: {len(data)} bytes written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    return 0
+
+
+def cmd_task_diff(args: argparse.Namespace) -> int:
+    args.name, args.output = "diff.patch", None
+    return cmd_task_artifact(args)
+
+
+def cmd_task_open(args: argparse.Namespace) -> int:
+    """The task's pull request: its URL, and a browser on it where one can open."""
+    task = _client(args).request("GET", f"/v1/tasks/{args.id}")
+    url = task.get("pr_url")
+    if not url:
+        raise CliError("no_pull_request", f"task {args.id} has no pull request yet (status {task['status']})")
+    print(url)
+    if sys.stdout.isatty() and not args.json:
+        import webbrowser  # noqa: PLC0415 - only here
+
+        webbrowser.open(url)
+    return 0
+
+
+def _watch(
+    args: argparse.Namespace,
+    read: Callable[[], Any],
+    render: Callable[[Any], str],
+    done: Callable[[Any], bool],
+) -> int:
+    """Render `read()` every `args.interval` seconds until `done`, Ctrl-C, or `args.rounds`."""
+    rounds = 0
+    try:
+        while True:
+            data = read()
+            rounds += 1
+            shown = json.dumps(data, ensure_ascii=False) if args.json else render(data)
+            if sys.stdout.isatty() and not args.json:
+                print("\x1b[H\x1b[2J", end="")  # redraw in place
+            print(shown, flush=True)
+            if done(data) or (args.rounds and rounds >= args.rounds):
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_plan_watch(args: argparse.Namespace) -> int:
+    client = _client(args)
+
+    def read() -> Any:
+        plan = client.request("GET", f"/v1/plans/{args.slug}")
+        plan["tasks"] = client.paged("/v1/tasks", "tasks", {"plan": args.slug})
+        return plan
+
+    def render(plan: Any) -> str:
+        return render_plan(plan) + "\n\n" + render_tasks(plan["tasks"])
+
+    return _watch(
+        args, read, render, lambda plan: plan["status"] in {s.value for s in TERMINAL_PLAN_STATUSES}
+    )
+
+
+def cmd_loop_pause(args: argparse.Namespace) -> int:
+    return _emit(args, _client(args).request("PUT", "/v1/loop", {"paused": args.paused}), render_loop)
 
 
 def cmd_loop_show(args: argparse.Namespace) -> int:
@@ -457,12 +574,17 @@ def _add_plan_commands(sub: Any) -> None:
     p = plan.add_parser("show", help="one plan with its items")
     p.add_argument("slug")
     p.set_defaults(func=cmd_plan_show)
+    p = plan.add_parser("watch", help="a live view of the plan and its tasks until it ends")
+    p.add_argument("slug")
+    _watch_options(p)
+    p.set_defaults(func=cmd_plan_watch)
     plan.add_parser("list", help="your plans").set_defaults(func=cmd_plan_list)
 
 
 def _add_task_commands(sub: Any) -> None:
     p = sub.add_parser("tasks", help="list tasks")
     p.add_argument("--plan", help="only the tasks of this plan slug")
+    _watch_options(p, flag="refresh the table until every task has ended")
     p.set_defaults(func=cmd_tasks)
     task = sub.add_parser("task", help="one task").add_subparsers(dest="task_command", required=True)
     p = task.add_parser("show")
@@ -474,6 +596,35 @@ def _add_task_commands(sub: Any) -> None:
     p = task.add_parser("cancel")
     p.add_argument("id")
     p.set_defaults(func=cmd_task_cancel)
+    p = task.add_parser("events", help="the task's events in order")
+    p.add_argument("id")
+    p.add_argument("--follow", action="store_true", help="keep printing new events until the task ends")
+    p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_task_events)
+    p = task.add_parser("artifacts", help="the task's artifacts and their sizes")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_task_artifacts)
+    p = task.add_parser("artifact", help="one artifact, to stdout or a file")
+    p.add_argument("id")
+    p.add_argument(
+        "name", help="bootstrap.json, harness.json, diff.patch, git-status.txt, publish.json, screen.txt"
+    )
+    p.add_argument("-o", "--output", help="write it to this file")
+    p.set_defaults(func=cmd_task_artifact)
+    p = task.add_parser("diff", help="the change the task made (its diff.patch)")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_task_diff)
+    p = task.add_parser("open", help="the task's pull request (printed, and opened in a browser)")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_task_open)
+
+
+def _watch_options(p: Any, *, flag: str | None = None) -> None:
+    """A live view's options; `flag` adds `--watch` (for a command that is a list otherwise)."""
+    if flag is not None:
+        p.add_argument("--watch", action="store_true", help=flag)
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    p.add_argument("--rounds", type=int, default=0, help=argparse.SUPPRESS)  # stop after N (tests)
 
 
 def _add_loop_commands(sub: Any) -> None:
@@ -481,6 +632,10 @@ def _add_loop_commands(sub: Any) -> None:
         dest="loop_command", required=True
     )
     loop.add_parser("show").set_defaults(func=cmd_loop_show)
+    loop.add_parser("pause", help="stop spawning until resumed").set_defaults(
+        func=cmd_loop_pause, paused=True
+    )
+    loop.add_parser("resume", help="spawn again").set_defaults(func=cmd_loop_pause, paused=False)
     p = loop.add_parser("set")
     p.add_argument("--enabled", type=_bool)
     p.add_argument("--paused", type=_bool)

@@ -110,6 +110,21 @@ class ApiClient:
             )
         return response.json() if response.content else None
 
+    def artifact(self, task_id: str, name: str) -> bytes:
+        """One artifact's bytes: the API answers a redirect to a presigned URL, which is
+        fetched without the bearer token (it is S3's, and carries its own signature)."""
+        located = self.request("GET", f"/v1/tasks/{task_id}/artifacts/{name}")
+        url = str((located or {}).get("url", ""))
+        try:
+            response = httpx.get(url, timeout=self._http.timeout, follow_redirects=False)
+        except (httpx.TransportError, httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+            raise ApiError(0, "unreachable", f"cannot fetch {name} ({type(exc).__name__})") from None
+        if response.status_code != 200:
+            raise ApiError(
+                response.status_code, "artifact_unreadable", f"{name}: HTTP {response.status_code}"
+            )
+        return response.content
+
     def paged(self, path: str, key: str, params: dict[str, Any] | None = None) -> list[Any]:
         """Every page of a list route, following `next`."""
         out: list[Any] = []
