@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -548,51 +549,6 @@ def test_a_second_stack_on_the_same_state_directory_is_refused(
     assert run(state_file, "plan", "list").returncode == 0  # the first stack still answers
 
 
-def test_sigterm_stops_everything_and_removes_the_state_file(
-    local_up: tuple[subprocess.Popen[str], Path],
-) -> None:
-    process, state_file = local_up
-    state = json.loads(state_file.read_text())
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=20) == 0
-    assert not state_file.exists()
-    for key in ("api_url", "relay_url", "aws_endpoint_url"):
-        url = urlparse(state[key])
-        with (
-            pytest.raises(ConnectionRefusedError),
-            socket.create_connection((url.hostname, url.port), timeout=1),
-        ):
-            pass
-
-
-HOLD_LOCK = """
-import fcntl, os, sys, time
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.write(fd, f"{os.getpid()}\\n".encode())
-print("locked", flush=True)
-time.sleep(60)
-"""
-
-
-def test_demo_runs_to_completion(tmp_path: Path) -> None:
-    # A stack killed with SIGKILL leaves its lock file (and pid) behind: it blocks nothing.
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(tmp_path / "stack.lock")], stdout=subprocess.PIPE, text=True
-    )
-    assert holder.stdout is not None
-    assert holder.stdout.readline().strip() == "locked"
-    holder.kill()
-    holder.wait(timeout=10)
-    assert (tmp_path / "stack.lock").read_text().strip() == str(holder.pid)
-    result = run(tmp_path / "demo.json", "demo")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "every item became a reviewed, merged pull request; the plan is completed" in result.stdout
-    assert result.stdout.count("1/1 passed") == 3  # each item's required check, on its final tree
-    assert not (tmp_path / "demo.json").exists()
-    assert (tmp_path / "stack.lock").read_text() == ""  # released: no pid of a stopped stack
-
-
 def test_task_commands_show_events_artifacts_diff_and_the_pull_request(
     local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
 ) -> None:
@@ -657,3 +613,55 @@ def test_task_commands_show_events_artifacts_diff_and_the_pull_request(
     assert paused["paused"] is True
     resumed = json.loads(run(state_file, "--json", "loop", "resume").stdout)
     assert resumed["paused"] is False
+
+
+def test_sigterm_stops_everything_and_removes_the_state_file(
+    local_up: tuple[subprocess.Popen[str], Path],
+) -> None:
+    process, state_file = local_up
+    state = json.loads(state_file.read_text())
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0
+    assert not state_file.exists()
+    banner = process.stdout.read() if process.stdout else ""
+    for key in [k for k in state if k.endswith("_url")] + ["ca_bundle"]:  # the banner lists them all
+        assert f"  {key}: {state[key]}" in banner, key
+    for key in ("api_url", "relay_url", "relay_http_url", "aws_endpoint_url"):
+        url = urlparse(state[key])
+        with (
+            pytest.raises(ConnectionRefusedError),
+            socket.create_connection((url.hostname, url.port), timeout=1),
+        ):
+            pass
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, f"{os.getpid()}\\n".encode())
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_demo_runs_to_completion(tmp_path: Path) -> None:
+    # A stack killed with SIGKILL leaves its lock file (and pid) behind: it blocks nothing.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path / "stack.lock")], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "locked"
+    holder.kill()
+    holder.wait(timeout=10)
+    assert (tmp_path / "stack.lock").read_text().strip() == str(holder.pid)
+    result = run(tmp_path / "demo.json", "demo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "every item became a reviewed, merged pull request; the plan is completed" in result.stdout
+    assert result.stdout.count("1/1 passed") == 3  # each item's required check, on its final tree
+    rows = [line for line in result.stdout.splitlines() if re.match(r"#\d\s", line)]
+    assert [row.split()[0] for row in rows] == ["#1", "#2", "#3"]  # in the plan's order
+    for row in rows:  # each links the pull request page the twin serves (its html_url)
+        assert re.search(r"http://127\.0\.0\.1:\d+/steward-demo/calculator/pull/\d+", row), row
+    assert not (tmp_path / "demo.json").exists()
+    assert (tmp_path / "stack.lock").read_text() == ""  # released: no pid of a stopped stack

@@ -343,8 +343,9 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
     ) as stack:
         print(f"steward local stack is up; state in {stack.state_file}", flush=True)
-        for key in ("api_url", "relay_url", "aws_endpoint_url"):
-            print(f"  {key}: {stack.state[key]}", flush=True)
+        for key, value in stack.state.items():  # every URL of the state file, and the CA to trust
+            if key.endswith("_url") or key == "ca_bundle":
+                print(f"  {key}: {value}", flush=True)
         print("  users: " + ", ".join(stack.state["users"]) + "  (Ctrl-C to stop)", flush=True)
         stop.wait()
         print("stopping", flush=True)

@@ -72,7 +72,10 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
                         number = int(str(task["pr_url"]).rstrip("/").rsplit("/", 1)[1])
                         say(f"  reviewer: merging {SAMPLE_REPO}#{number} (item #{task['ordinal']})")
                         stack.twin.merge(SAMPLE_REPO, number)
-            tasks = client.paged("/v1/tasks", "tasks", {"plan": DEMO_SLUG})
+            tasks = sorted(
+                client.paged("/v1/tasks", "tasks", {"plan": DEMO_SLUG}),
+                key=lambda t: (t["ordinal"], t["attempt"]),
+            )
             rows = [_row(client, plan, task) for task in tasks]
             say(f"\n$ steward plan show {DEMO_SLUG}")
             say(render_plan(plan))
@@ -99,7 +102,7 @@ def _row(client: ApiClient, plan: dict[str, Any], task: dict[str, Any]) -> tuple
     events = client.request("GET", f"/v1/tasks/{task['id']}/events")["events"]
     final = [e["data"] for e in events if e["type"] == "check" and e["data"].get("stage") == "final"]
     checks = f"{sum(1 for c in final if c.get('passed'))}/{len(final)} passed" if final else "-"
-    pr = str(task["pr_url"] or "-").replace("/pull/", "#")
+    pr = task["pr_url"] or "-"  # the twin serves the page: the link a reviewer would open
     return (f"#{task['ordinal']}", task["id"], task["status"], task["branch"], pr, checks, task["cost_usd"])
 
 
