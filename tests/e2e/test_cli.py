@@ -25,6 +25,7 @@ from steward.adapters.dynamo import Tables
 from steward.adapters.installation_store import InstallationStore
 from steward.domain.installations import Installation
 from steward.domain.models import utcnow
+from steward.local.sample_repo import SAMPLE_REPO
 
 from tests.support.documents import document
 
@@ -71,7 +72,8 @@ def test_plan_commands_print_tables_and_json(
 ) -> None:
     _, state_file = local_up
     plan_file = tmp_path / "My Plan.md"
-    plan_file.write_text(document("First change", "Second change"))
+    # Publish refuses a repository no installation of alice holds: the stack's sample one.
+    plan_file.write_text(document("First change", "Second change", repo=SAMPLE_REPO))
 
     published = run(state_file, "plan", "publish", str(plan_file))
     assert published.returncode == 0, published.stderr

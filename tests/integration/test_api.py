@@ -19,7 +19,8 @@ from steward.local.dev_auth import DevIssuer
 from steward.local.stack import LocalStack
 from steward.wiring import Services
 
-from tests.support.documents import document, numbered
+from tests.support.documents import DOCUMENT_REPO, document, numbered
+from tests.support.installations import link_installation
 from tests.support.plans import spawn_item
 
 PLAN_KEYS = {"id", "slug", "status", "repo", "title", "content_hash", "items", "created_at", "updated_at"}
@@ -30,6 +31,12 @@ TASK_KEYS |= {"cost_usd", "created_at", "updated_at"}
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     with LocalStack(state_file=tmp_path_factory.mktemp("stack") / "local.json") as stack:
+        # Publish refuses a repository no live installation of the user holds: alice's and
+        # carol's hold the documents' repository (bob has none).
+        endpoint = {"endpoint_url": stack.state["aws_endpoint_url"], "region_name": stack.state["region"]}
+        tables = Tables.connect(stack.state["table_prefix"], **endpoint)
+        for user in ("alice", "carol"):
+            link_installation(tables, user, DOCUMENT_REPO)
         yield stack
 
 

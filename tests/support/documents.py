@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+DOCUMENT_REPO = "octo/demo"  # the repository of `document`s unless told
+
 
 def document(
-    *items: str, repo: str = "octo/demo", checks: tuple[str, ...] = ("pytest -q",), title: str = "Demo"
+    *items: str, repo: str = DOCUMENT_REPO, checks: tuple[str, ...] = ("pytest -q",), title: str = "Demo"
 ) -> str:
     """A valid Task Document whose top-level checkboxes are `items` (each "[ ] text" or
     "[x] text", or plain text meaning unchecked; extra lines of an item are indented)."""

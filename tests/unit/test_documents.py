@@ -484,8 +484,11 @@ def test_oversized_or_deep_front_matter() -> None:
 
 
 def test_bad_yaml_values_are_invalid_documents() -> None:
-    fm_reject("repo: a/b", "checks: [x]", "base: 2024-13-45", field="front_matter", line=2)
-    fm_reject("repo: a/b", "checks: [x]", "budget_usd: " + "1" * 5000, field="front_matter", line=2)
+    fm_reject("repo: a/b", "checks: [x]", "base: 2024-13-45", field="front_matter.base", line=4)
+    fm_reject(
+        "repo: a/b", "checks: [x]", "budget_usd: " + "1" * 5000, field="front_matter.budget_usd", line=4
+    )
+    fm_reject("repo: a/b", "checks:", "  - x", "  - 2024-13-45", field="front_matter.checks", line=5)
 
 
 # --- body and whole-document errors -------------------------------------------------------

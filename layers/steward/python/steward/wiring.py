@@ -90,24 +90,42 @@ class Services:
     installations: InstallationStore
 
     @classmethod
-    def build(cls, settings: Settings, tables: Tables, artifacts: ArtifactStore) -> Services:
-        """The API's parts over the given tables and artifact store (tests build their own)."""
+    def build(
+        cls, settings: Settings, tables: Tables, artifacts: ArtifactStore, *, publish_checks: bool = False
+    ) -> Services:
+        """The API's parts over the given tables and artifact store (tests build their own).
+
+        With `publish_checks` (the API's own `api_services`), publish also refuses a
+        repository no live installation of the user holds, an unpriced model and a budget
+        below one minimal call (the price table of `settings.price_table`, read at the first
+        publish). Without, only the document itself is checked: a test's harness over the
+        stores, which must be able to make what later guards (minting, the token route, the
+        relay) refuse."""
         from steward.adapters.event_store import EventStore  # noqa: PLC0415
         from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
         from steward.adapters.plan_store import PlanStore  # noqa: PLC0415
+        from steward.adapters.price_file import load_price_table  # noqa: PLC0415
         from steward.adapters.task_store import TaskStore  # noqa: PLC0415
         from steward.adapters.user_store import UserStore  # noqa: PLC0415
         from steward.services.plans import PlanService  # noqa: PLC0415
         from steward.services.tasks import TaskService  # noqa: PLC0415
 
         tasks = TaskStore(tables)
+        installations = InstallationStore(tables)
+        plans = PlanService(
+            PlanStore(tables),
+            settings.document_policy,
+            tasks=tasks,
+            installations=installations if publish_checks else None,
+            prices=(lambda: load_price_table(settings.price_table)) if publish_checks else None,
+        )
         return cls(
             settings=settings,
             tables=tables,
-            plans=PlanService(PlanStore(tables), settings.document_policy, tasks=tasks),
+            plans=plans,
             tasks=TaskService(tasks, EventStore(tables), artifacts),
             users=UserStore(tables),
-            installations=InstallationStore(tables),
+            installations=installations,
         )
 
 
@@ -116,7 +134,7 @@ def api_services() -> Services:
     from steward.adapters.artifact_store import ArtifactStore  # noqa: PLC0415
 
     s = settings()
-    return Services.build(s, tables(), ArtifactStore(s.artifacts_bucket))
+    return Services.build(s, tables(), ArtifactStore(s.artifacts_bucket), publish_checks=True)
 
 
 # ---- relay

@@ -43,6 +43,26 @@ class InstallationStore:
         page = self._table.query(IndexName="by_owner", KeyConditionExpression=Key("owner_sub").eq(owner_sub))
         return [_to_installation(i) for i in page["Items"]]
 
+    def holding(self, owner_sub: str, repo: str) -> list[Installation]:
+        """The owner's installations that list `repo` (case-insensitively, as GitHub compares
+        names), suspended or not: every page of the by_owner index (a Query, eventually
+        consistent), in installation id order."""
+        wanted = repo.lower()
+        found: list[Installation] = []
+        query: dict[str, Any] = {
+            "IndexName": "by_owner",
+            "KeyConditionExpression": Key("owner_sub").eq(owner_sub),
+        }
+        while True:
+            page = self._table.query(**query)
+            for item in page["Items"]:
+                installation = _to_installation(item)
+                if wanted in {r.lower() for r in installation.repositories}:
+                    found.append(installation)
+            if "LastEvaluatedKey" not in page:
+                return found
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def link(
         self, installation_id: int, owner_sub: str, *, now: datetime, force: bool = False
     ) -> Installation:

@@ -23,6 +23,13 @@ from steward.domain.prices import PriceEntry
 _MILLION = Decimal(1_000_000)
 _EXACT = Context(prec=100, traps=[Inexact])
 
+# Below this many output tokens a call is not worth making: the relay refuses instead of
+# lowering `maxTokens` further (`steward.services.relay`), and publish refuses a budget that
+# cannot pay for one such call (`min_call_cost`).
+MIN_OUTPUT_TOKENS = 256
+# The input of the smallest call a budget must pay for: one KiB of request.
+MIN_CALL_INPUT_BYTES = 1024
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -89,6 +96,14 @@ def max_cost(entry: PriceEntry, input_bound: int, max_tokens: int) -> Decimal:
     with localcontext(_EXACT):
         input_side = (input_bound + entry.input_overhead_tokens) * per_token(entry.max_price_per_mtok())
         return input_side + max_tokens * per_token(entry.output_per_mtok)
+
+
+def min_call_cost(entry: PriceEntry) -> Decimal:
+    """The most the smallest useful call can cost: 1 KiB of input (plus the model's own
+    overhead) and the relay's floor of output tokens (the model's limit, if lower). A task
+    budget below it cannot pay for one call the relay would admit at its floor."""
+    output = min(MIN_OUTPUT_TOKENS, entry.max_output_tokens)
+    return max_cost(entry, input_bound_tokens(MIN_CALL_INPUT_BYTES), output)
 
 
 def affordable_max_tokens(entry: PriceEntry, input_bound: int, room: Decimal) -> int:

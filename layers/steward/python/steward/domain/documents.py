@@ -18,6 +18,16 @@ Choices beyond DESIGN, written down because hashes and approvals depend on them:
 * YAML merge keys (`<<`) and non-string keys are rejected; so are lone surrogates in the
   markdown, which no storage layer can encode as UTF-8.
 * Empty level-1 headings (`#`) are skipped when looking for the title.
+* Commands (`checks`, `setup`) run as argv, without a shell (`steward.runner.sandbox`): each
+  must split into arguments as `shlex.split` splits it (the runner's `parse_allowlist`
+  rule), and shell syntax outside quotes (`&&`, `||`, `;`, `|`, `&`, `>`, `<`, backticks,
+  `$(`) is refused: it would reach the program as text, so the check could never do what
+  it reads as. Quoted, it is an argument (`sh -c 'a && b'` is a check that uses a shell).
+* An unknown key is refused naming the known key it nearly is (`check` -> `checks`), even
+  when that known key is missing too.
+* What only the deployment knows is checked by `check_priced` (the model's price entry
+  and a budget that pays for one minimal call) and by the plan service (the repository
+  held by a live installation of the user); the parser alone stays deployment-free.
 * No item may store more than a whole document may hold (`DocumentPolicy.max_bytes`, its
   title and details in UTF-8): tabs in the indentation of details expand to spaces, so a
   document within the limit can still hold an item beyond it (413, naming the checkbox).
@@ -27,18 +37,22 @@ Choices beyond DESIGN, written down because hashes and approvals depend on them:
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any, TypeGuard
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from steward.domain.budget import MIN_CALL_INPUT_BYTES, MIN_OUTPUT_TOKENS, min_call_cost
 from steward.domain.errors import InvalidDocument, TooLarge
+from steward.domain.prices import PriceTable
 
 MAX_DOCUMENT_BYTES = 256 * 1024  # UTF-8 bytes
 MAX_ITEMS = 100
@@ -83,6 +97,61 @@ def _shown(value: object) -> str:
     return "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else "a value"
 
 
+# Longest first, so that `&&` is named rather than `&`.
+_SHELL_OPERATORS = ("&&", "||", "$(", ">>", "<<", ";", "|", "&", ">", "<", "`")
+
+
+def shell_syntax(command: str) -> str | None:
+    """The first shell operator outside quotes in `command`, or None.
+
+    Quotes and backslashes are read as `shlex.split` (POSIX mode) reads them: within single
+    quotes everything is text, within double quotes a backslash escapes the next character,
+    outside quotes a backslash makes the next character text. What this finds is syntax a
+    shell would act on and an argv runner passes to the program as a plain argument.
+    """
+    quote: str | None = None
+    index = 0
+    while index < len(command):
+        char = command[index]
+        if quote == "'":
+            quote = None if char == "'" else quote
+        elif quote == '"':
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quote = None
+        elif char == "\\":
+            index += 1
+        elif char in "'\"":
+            quote = char
+        else:
+            for operator in _SHELL_OPERATORS:
+                if command.startswith(operator, index):
+                    return operator
+        index += 1
+    return None
+
+
+def command_argv(command: str) -> tuple[str, ...]:
+    """The argv the runner executes for `command` (`steward.runner.sandbox:parse_allowlist`
+    splits the same way); ValueError when it does not split or splits into nothing."""
+    try:
+        argv = tuple(shlex.split(command.strip()))
+    except ValueError as exc:
+        raise ValueError(f"does not split into arguments ({str(exc).lower()})") from None
+    if not argv:
+        raise ValueError("has no arguments once quotes are removed")
+    return argv
+
+
+class _CommandError(ValueError):
+    """A rejected command, with its 1-based position in the list (for the error's line)."""
+
+    def __init__(self, message: str, number: int) -> None:
+        super().__init__(message)
+        self.number = number
+
+
 def _commands(key: str, value: object, *, required: bool) -> tuple[str, ...]:
     """Commands run verbatim by the runner, so each must be one unambiguous line."""
     if not isinstance(value, list):
@@ -103,6 +172,18 @@ def _commands(key: str, value: object, *, required: bool) -> tuple[str, ...]:
             raise ValueError(f"{where} must be a single line")
         if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in command):
             raise ValueError(f"{where} contains a control character")
+        try:
+            command_argv(command)
+        except ValueError as exc:
+            raise _CommandError(f"{where} {exc}", number) from None
+        operator = shell_syntax(command)
+        if operator is not None:
+            message = (
+                f"{where} uses shell syntax ({operator!r}), but commands run without a shell: "
+                f"list each command on its own, quote the text if it is meant literally, "
+                f"or run a shell explicitly (sh -c '...')"
+            )
+            raise _CommandError(message, number)
     return tuple(value)
 
 
@@ -215,6 +296,12 @@ class TaskDocument:
     front_matter: FrontMatter
     title: str | None
     items: tuple[ParsedItem, ...]
+    # Document line of each front matter key written (not part of what is approved).
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def line_of(self, key: str) -> int:
+        """Where `key` is written, else line 1 (the front matter's '---': a default applies)."""
+        return self.lines.get(key, 1)
 
     @property
     def content_hash(self) -> str:
@@ -239,7 +326,7 @@ def parse_document(markdown: str, policy: DocumentPolicy = DocumentPolicy()) -> 
         what = "a NUL character" if bad.group() == "\x00" else "an unpaired surrogate (invalid Unicode)"
         raise InvalidDocument(f"markdown: line {line} contains {what}", field="markdown", line=line)
     lines = text.split("\n")
-    front_matter, body_start = _front_matter(lines, policy)
+    front_matter, body_start, key_lines = _front_matter(lines, policy)
     title, items = _body(lines, body_start, policy)
     for item in items:
         stored = len(item.title.encode()) + len(item.details.encode())
@@ -250,7 +337,34 @@ def parse_document(markdown: str, policy: DocumentPolicy = DocumentPolicy()) -> 
                 f"{policy.max_bytes} bytes one item may take"
             )
             raise TooLarge(message, field=f"items[{item.ordinal}]", line=item.line)
-    return TaskDocument(front_matter=front_matter, title=title, items=items)
+    return TaskDocument(front_matter=front_matter, title=title, items=items, lines=key_lines)
+
+
+def check_priced(document: TaskDocument, prices: PriceTable) -> None:
+    """What the price table decides at publish (InvalidDocument, 422, naming the field): the
+    model has an entry (else nothing can be minted for it), and the budget pays for one
+    minimal call (`steward.domain.budget:min_call_cost`, the relay's floor)."""
+    fm = document.front_matter
+    entry = prices.models.get(fm.model)
+    if entry is None:
+        close = difflib.get_close_matches(fm.model, list(prices.models), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"priced: {_listed(sorted(prices.models))}"
+        where = "" if "model" in document.lines else " (the deployment's default)"
+        message = f"model {_shown(fm.model)}{where} is not in the price table ({hint})"
+        raise _fm_error(message, document.line_of("model"), "model")
+    floor = min_call_cost(entry)
+    if fm.budget_usd < floor:
+        message = (
+            f"budget_usd {fm.budget_usd} cannot pay for one call of {fm.model}: one call with "
+            f"{MIN_CALL_INPUT_BYTES} bytes of input and {MIN_OUTPUT_TOKENS} output tokens may cost "
+            f"{_canonical(floor)} USD"
+        )
+        raise _fm_error(message, document.line_of("budget_usd"), "budget_usd")
+
+
+def _listed(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 # --- front matter -------------------------------------------------------------------------
@@ -265,8 +379,9 @@ def _is_fence(line: str, *markers: str) -> bool:
     return line.rstrip(" \t") in markers
 
 
-def _front_matter(lines: list[str], policy: DocumentPolicy) -> tuple[FrontMatter, int]:
-    """Validate the YAML between the fences; returns it and the index of the first body line."""
+def _front_matter(lines: list[str], policy: DocumentPolicy) -> tuple[FrontMatter, int, dict[str, int]]:
+    """Validate the YAML between the fences; returns it, the index of the first body line and
+    the document line of each key."""
     if not _is_fence(lines[0], "---"):
         raise _fm_error("the document must start with a '---' line that opens the YAML front matter", 1)
     end = next((i for i in range(1, len(lines)) if _is_fence(lines[i], "---", "...")), None)
@@ -275,31 +390,42 @@ def _front_matter(lines: list[str], policy: DocumentPolicy) -> tuple[FrontMatter
     source = "\n".join(lines[1:end])
     if len(source.encode()) > MAX_FRONT_MATTER_BYTES:
         raise _fm_error(f"longer than {MAX_FRONT_MATTER_BYTES} bytes", 1)
-    data, key_lines = _load_yaml(source, lambda yaml_line: min(yaml_line + 2, end + 1))
+    data, key_lines, entry_lines = _load_yaml(source, lambda yaml_line: min(yaml_line + 2, end + 1))
 
     known = FrontMatter.model_fields
+    unknown = next((key for key in data if key not in known), None)  # document order
+    if unknown is not None:
+        close = difflib.get_close_matches(unknown.lower(), list(known), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+        raise _fm_error(f"unknown key {unknown!r} ({hint})", key_lines.get(unknown, 1), unknown)
     values = {key: value for key, value in data.items() if not (key in known and value is None)}
     values.setdefault("model", policy.default_model)
     values.setdefault("budget_usd", policy.default_budget_usd)
     try:
-        return FrontMatter.model_validate(values, context={"policy": policy}), end + 1
+        front_matter = FrontMatter.model_validate(values, context={"policy": policy})
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         key = str(first["loc"][0]) if first["loc"] else None
         line = key_lines.get(key, 1) if key else 1
-        if first["type"] == "extra_forbidden":
-            message = f"unknown key {key!r} (known keys: {', '.join(known)})"
-        elif first["type"] == "missing":
+        error = (first.get("ctx") or {}).get("error")
+        if key and isinstance(error, _CommandError):
+            entries = entry_lines.get(key, ())
+            line = entries[error.number - 1] if error.number <= len(entries) else line
+        if first["type"] == "missing":  # unknown keys were refused above
             message = f"{key} is required"
         elif first["type"] == "value_error":
             message = str(first["ctx"]["error"])
         else:
             message = f"{key}: {first['msg']}"
         raise _fm_error(message, line, key) from None
+    return front_matter, end + 1, key_lines
 
 
-def _load_yaml(source: str, doc_line: Callable[[int], int]) -> tuple[dict[str, Any], dict[str, int]]:
-    """safe_load, plus what it hides: duplicate keys and where each key is (for error lines).
+def _load_yaml(
+    source: str, doc_line: Callable[[int], int]
+) -> tuple[dict[str, Any], dict[str, int], dict[str, tuple[int, ...]]]:
+    """safe_load, plus what it hides: duplicate keys and where each key is, and each entry of
+    a list value (for error lines).
 
     `doc_line` turns a 0-based YAML line into a document line.
     """
@@ -307,7 +433,7 @@ def _load_yaml(source: str, doc_line: Callable[[int], int]) -> tuple[dict[str, A
     try:
         loader = yaml.SafeLoader(source)
         node = loader.get_single_node()
-        key_lines = _key_lines(node, doc_line)
+        key_lines, entry_lines = _key_lines(node, doc_line)
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
@@ -319,21 +445,46 @@ def _load_yaml(source: str, doc_line: Callable[[int], int]) -> tuple[dict[str, A
     except RecursionError:
         raise _fm_error("invalid YAML: nested too deeply", 1) from None
     except (yaml.YAMLError, ValueError) as error:  # e.g. a date 2024-13-45, a 5000-digit integer
-        line = doc_line(node.start_mark.line) if node is not None else 1
+        line, key = _failing_value(node, doc_line)
         reason = str(error).split(":")[0][:120]
-        raise _fm_error(f"invalid YAML value ({reason})", line) from None
+        raise _fm_error(f"invalid YAML value ({reason})", line, key) from None
     if not isinstance(data, dict):
         line = doc_line(node.start_mark.line) if node is not None else 1
         raise _fm_error(f"must be a mapping of keys such as repo and checks, got {_shown(data)}", line)
-    return data, key_lines
+    return data, key_lines, entry_lines
 
 
-def _key_lines(node: yaml.Node | None, doc_line: Callable[[int], int]) -> dict[str, int]:
-    """Document line of each top-level key; rejects duplicates and keys that are not plain names."""
+def _failing_value(node: yaml.Node | None, doc_line: Callable[[int], int]) -> tuple[int, str | None]:
+    """The line and key of the top-level value (or list entry) that cannot be constructed,
+    each constructed again on its own; else the front matter's first line."""
+
+    def fails(value: yaml.Node) -> bool:
+        try:
+            yaml.SafeLoader("").construct_object(value, deep=True)
+        except (yaml.YAMLError, ValueError, RecursionError):
+            return True
+        return False
+
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if fails(value_node):
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                entries = value_node.value if isinstance(value_node, yaml.SequenceNode) else []
+                where = next((entry for entry in entries if fails(entry)), value_node)
+                return doc_line(where.start_mark.line), key
+    return (doc_line(node.start_mark.line) if node is not None else 1), None
+
+
+def _key_lines(
+    node: yaml.Node | None, doc_line: Callable[[int], int]
+) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """Document line of each top-level key, and of each entry of a list value; rejects
+    duplicates and keys that are not plain names."""
     if not isinstance(node, yaml.MappingNode):
-        return {}
+        return {}, {}
     lines: dict[str, int] = {}
-    for key_node, _ in node.value:
+    entries: dict[str, tuple[int, ...]] = {}
+    for key_node, value_node in node.value:
         line = doc_line(key_node.start_mark.line)
         if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
             shown = _shown(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "a collection"
@@ -342,7 +493,9 @@ def _key_lines(node: yaml.Node | None, doc_line: Callable[[int], int]) -> dict[s
             message = f"duplicate key {key_node.value!r} (first on line {lines[key_node.value]})"
             raise _fm_error(message, line, key_node.value)
         lines[key_node.value] = line
-    return lines
+        if isinstance(value_node, yaml.SequenceNode):
+            entries[key_node.value] = tuple(doc_line(entry.start_mark.line) for entry in value_node.value)
+    return lines, entries
 
 
 # --- body ---------------------------------------------------------------------------------

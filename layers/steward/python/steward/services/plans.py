@@ -11,6 +11,13 @@ durable decision; a cancel lost to a crash or an error here is made by the loop'
 (`steward.domain.reconcile:superseded`), which also stops the runtime (the API has no
 launcher; the runtime notices the cancel at its next heartbeat either way). The relay, the
 token route and publication refuse a cancelled task.
+
+Publish refuses (422, naming the field and its line) what would only fail later: besides the
+document's own rules (`steward.domain.documents`), a model the price table lacks and a
+budget below one minimal call (`check_priced`), and a repository that no live installation
+of the user holds (one Query of the installations' by_owner index per publish). The API
+builds the service with both (`steward.wiring:Services.build`); without them (the local
+stack's fixtures, the simulation) only the document itself is checked.
 """
 
 from __future__ import annotations
@@ -21,13 +28,15 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from steward.adapters.installation_store import InstallationStore
 from steward.adapters.plan_store import PlanStore
 from steward.adapters.task_store import TaskStore
 from steward.domain import plans as plan_rules
-from steward.domain.documents import DocumentPolicy, parse_document
-from steward.domain.errors import Conflict, LifecycleError
+from steward.domain.documents import DocumentPolicy, TaskDocument, check_priced, parse_document
+from steward.domain.errors import Conflict, InvalidDocument, LifecycleError
 from steward.domain.ids import plan_id, validate_slug
 from steward.domain.models import Plan, TaskStatus, utcnow
+from steward.domain.prices import PriceTable
 from steward.domain.reconcile import SUPERSEDED, superseded
 
 logger = logging.getLogger(__name__)
@@ -43,11 +52,15 @@ class PlanService:
         *,
         tasks: TaskStore,
         clock: Callable[[], datetime] = utcnow,
+        installations: InstallationStore | None = None,
+        prices: Callable[[], PriceTable] | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
         self.tasks = tasks
         self.clock = clock
+        self.installations = installations
+        self.prices = prices  # read at each publish (the loader caches it)
 
     def publish(self, user: str, slug: str, markdown: str) -> Plan:
         """Upsert a Task Document. Reads the plan, merges, and writes on the condition that
@@ -55,6 +68,7 @@ class PlanService:
         makes it merge again from fresh state, so no task link is ever lost."""
         validate_slug(slug)
         document = parse_document(markdown, self.policy)
+        self._check_runnable(user, document)
         for attempt in range(PUBLISH_ATTEMPTS):
             existing = self.store.get(user, slug)
             result = plan_rules.publish(
@@ -72,6 +86,29 @@ class PlanService:
             except Conflict:
                 time.sleep(random.uniform(0, 0.01 * 2**attempt))  # noqa: S311 - jitter, not crypto
         raise Conflict("the plan kept changing while it was being published; retry")
+
+    def _check_runnable(self, user: str, document: TaskDocument) -> None:
+        """What the deployment knows at publish: the model priced, the budget enough for one
+        call, the repository held by a live installation of `user` (else 422)."""
+        if self.prices is not None:
+            check_priced(document, self.prices())
+        if self.installations is None:
+            return
+        repo = document.front_matter.repo
+        holding = self.installations.holding(user, repo)
+        if any(not installation.suspended for installation in holding):
+            return
+        if holding:
+            ids = ", ".join(str(installation.installation_id) for installation in holding)
+            reason = f"the GitHub App installation that holds it is suspended ({ids})"
+        else:
+            reason = (
+                "no GitHub App installation linked to you holds it (install the App on the "
+                "repository, and have an operator link the installation to you)"
+            )
+        raise InvalidDocument(
+            f"front matter: repo {repo}: {reason}", field="front_matter.repo", line=document.line_of("repo")
+        )
 
     def get(self, user: str, slug: str) -> Plan:
         return self.store.require(user, validate_slug(slug))

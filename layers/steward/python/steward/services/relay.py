@@ -41,6 +41,7 @@ from pydantic import ValidationError
 
 from steward.adapters.budget_store import BudgetStore
 from steward.domain.budget import (
+    MIN_OUTPUT_TOKENS,
     Charge,
     Refusal,
     Usage,
@@ -77,8 +78,6 @@ from steward.domain.redaction import issued_credential
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
-# Below this many output tokens a call is not worth making: refuse instead of lowering.
-MIN_OUTPUT_TOKENS = 256
 RESERVATION_TTL = timedelta(minutes=15)
 
 
