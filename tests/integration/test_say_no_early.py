@@ -1,17 +1,24 @@
 """Say no early, with the real reason (issue 16, items 1 and 3), through the local stack as a
 person uses it: publish (`PUT /v1/plans/{slug}`, the real API handler with its real stores,
 installations and price table) refuses with 422 naming the field and its line what would
-otherwise fail minutes later, and writes nothing."""
+otherwise fail minutes later, and writes nothing; a run whose `setup` command fails keeps
+that command's redacted output tail in `bootstrap.json`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import boto3
 import httpx
 import pytest
+from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
 from steward.local.sample_repo import SAMPLE_REPO
 from steward.local.stack import LocalStack
+from steward.runner.run import SETUP_TAIL_CHARS
 
 from tests.support.installations import link_installation
 from tests.support.stack import local_stack
@@ -165,3 +172,42 @@ def test_what_only_looks_like_a_refusal_is_published(stack: LocalStack) -> None:
     response = client(stack, "alice").put("/v1/plans/accepted", json={"markdown": markdown})
     assert response.status_code == 200, response.text
     assert response.json()["repo"] == SAMPLE_REPO.upper()
+
+
+def eventually(check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.2)
+
+
+def test_a_failed_setup_command_leaves_its_redacted_output_tail_in_bootstrap_json(stack: LocalStack) -> None:
+    api = client(stack, "alice")
+    assert api.put("/v1/loop", json={"interval_seconds": 1}).status_code == 200
+    token = "ghp_" + "a" * 36
+    # 6000 characters of noise, a token, then the reason on stderr; it exits 3.
+    program = (
+        "import sys; print('x' * 6000); print('leaked " + token[:4] + "' + 'a' * 36); "
+        "print('no matching distribution for left-pad', file=sys.stderr); sys.exit(3)"
+    )
+    markdown = front("setup:", f'  - python -u -c "{program}"', "max_attempts: 1")
+    published = api.put("/v1/plans/setup-fails", json={"markdown": markdown})
+    assert published.status_code == 200, published.text
+    api.post("/v1/plans/setup-fails/confirm")
+    eventually(lambda: api.get("/v1/plans/setup-fails").json()["items"][0]["task_id"] is not None)
+    task_id = api.get("/v1/plans/setup-fails").json()["items"][0]["task_id"]
+    eventually(lambda: api.get(f"/v1/tasks/{task_id}").json()["status"] == "failed")
+    task: dict[str, Any] = api.get(f"/v1/tasks/{task_id}").json()
+    assert task["classification"] == "final"
+
+    s3 = boto3.client("s3", endpoint_url=stack.state["aws_endpoint_url"], region_name=stack.state["region"])
+    text = ArtifactStore("steward-artifacts", client=s3).read_text(task_id, "bootstrap.json")
+    assert text is not None
+    setup = next(stage for stage in json.loads(text)["stages"] if stage["stage"] == "setup 1")
+    assert (setup["status"], setup["exit_code"]) == ("failed", 3)
+    tail = setup["output_tail"]
+    assert tail.rstrip().endswith("no matching distribution for left-pad")
+    assert len(tail) <= SETUP_TAIL_CHARS
+    assert tail.startswith("[truncated ")  # the head of the noise is cut, the end is kept
+    assert token not in text
+    assert "leaked [REDACTED]" in tail

@@ -39,7 +39,7 @@ from steward.domain.models import Classification, Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
 from steward.runner.harness import Cancelled, Harness, Outcome
-from steward.runner.sandbox import CommandRefused, Sandbox, probe_mode
+from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, probe_mode
 from steward.runner.screen import LiveSink, Screen
 from steward.runner.workspace import Workspace
 from steward.services.publication import ArtifactSink, Publisher, PublishError
@@ -49,6 +49,8 @@ _LOG = logging.getLogger(__name__)
 RETRYABLE = Classification.RETRYABLE.value
 FINAL = Classification.FINAL.value
 _REASON_CHARS = 300
+# What bootstrap.json keeps of a failed setup command's output: its last 4 KiB, redacted.
+SETUP_TAIL_CHARS = 4096
 _ENDING_KEYS = ("classification", "reason", "pr_url", "pr_number", "summary", "artifacts_not_written")
 
 
@@ -202,8 +204,23 @@ class Run:
                 if self.cancel.is_set():
                     raise Cancelled("cancelled during setup")
                 if not result.passed:
-                    self._last_stage()["status"] = "failed"
+                    self._last_stage().update(self._setup_failure(result))
                     raise StageFailed(f"setup command `{command}` failed (exit {result.exit_code})", FINAL)
+
+    def _setup_failure(self, result: CommandResult) -> dict[str, Any]:
+        """Why a setup command failed, for bootstrap.json: how it ended and the redacted tail
+        of its output (stdout and stderr as the command interleaved them: the sandbox reads
+        both from one pipe), at most SETUP_TAIL_CHARS characters."""
+        entry: dict[str, Any] = {"status": "failed"}
+        ended = {
+            "signal": result.signal,
+            "timed_out": result.timed_out,
+            "output_truncated": result.output_truncated,
+            "write_limit_exceeded": result.write_limit_exceeded,
+        }
+        entry |= {key: value for key, value in ended.items() if value}
+        entry["output_tail"] = self.redactor.bounded(result.output, SETUP_TAIL_CHARS, tail=True)
+        return entry
 
     def _token(self) -> IssuedToken:
         issued = self.api.github_token(self.capability)
