@@ -450,7 +450,7 @@ def test_global_options_work_anywhere_and_json_errors_are_json(
     version = steward("--version")
     assert (version.returncode, version.stdout.strip()) == (0, f"steward {metadata.version('steward')}")
     plan_file = tmp_path / "anywhere.md"
-    plan_file.write_text(document("Options after the subcommand"))
+    plan_file.write_text(document("Options after the subcommand", repo=SAMPLE_REPO))
     published = steward("plan", "publish", str(plan_file), "--state-file", sf, "--json")
     assert published.returncode == 0, published.stderr
     assert json.loads(published.stdout)["slug"] == "anywhere"

@@ -376,9 +376,13 @@ def test_a_plan_shows_its_outcomes_and_what_its_tasks_cost(alice: Api, backend: 
     assert (listed["outcomes"], listed["cost_usd"]) == (shown["outcomes"], shown["cost_usd"])
 
 
-def test_a_waiting_item_says_why_through_the_api(bob: Api) -> None:
-    """Each loop gate, as the person sees it on `GET /v1/plans/{slug}` (bob's loop only: the
+def test_a_waiting_item_says_why_through_the_api(stack: LocalStack, backend: Services) -> None:
+    """Each loop gate, as the person sees it on `GET /v1/plans/{slug}` (erin's loop only: the
     module's stack runs alice's)."""
+    link_installation(backend.tables, "erin", DOCUMENT_REPO)
+    bob = Api(
+        stack.state["api_url"], DevIssuer.load_or_create(stack.state_dir / "dev-jwt-key.pem").mint("erin")
+    )
     assert bob("PUT", "/v1/loop", {"paused": True}).status_code == 200
     bob("PUT", "/v1/plans/waits", {"markdown": document(*numbered(2))})
     draft = bob("GET", "/v1/plans/waits").json()

@@ -56,7 +56,7 @@ def test_no_region_or_credentials_is_one_clear_error(
         require_configured("start it")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     with pytest.raises(AwsNotConfigured, match=r"region or credentials configured \(AWS_REGION is set, but"):
-        require_configured("start it")
+        require_configured("start it", aws_region_set=True)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     with pytest.raises(AwsNotConfigured, match="no AWS credentials configured: start it"):
         require_configured("start it")

@@ -185,8 +185,8 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_PRICE_TABLE",
         "price_table",
-        {"relay", "runtime"},
-        doc="path of a JSON price table extending the packaged one",
+        {"relay", "runtime", "api"},
+        doc="path of a JSON price table extending the packaged one (the API's publish checks read it too)",
     ),
     _setting(
         "STEWARD_BEDROCK_ENDPOINT_URL",

@@ -427,7 +427,8 @@ def operator_tables(state_file: Path, environ: Mapping[str, str] | None = None) 
 
         require_configured(
             "set AWS credentials and AWS_DEFAULT_REGION (or AWS_PROFILE) for the deployment's account, "
-            f"or start the local stack (`steward local up`, which writes {state_file})"
+            f"or start the local stack (`steward local up`, which writes {state_file})",
+            aws_region_set=bool(env.get("AWS_REGION")),
         )
     return Tables.connect(prefix or Settings.from_env(env).table_prefix, **kwargs)
 

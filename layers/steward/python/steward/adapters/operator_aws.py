@@ -5,7 +5,6 @@ and botocore's failures as one line instead of a traceback."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 import boto3
@@ -28,9 +27,10 @@ class AwsFailure(StewardError):
     code = "aws"
 
 
-def require_configured(advice: str) -> None:
+def require_configured(advice: str, *, aws_region_set: bool = False) -> None:
     """A region and credentials as boto3 resolves them (environment, profile, SSO, a role),
-    else AwsNotConfigured naming what is missing, followed by `advice`."""
+    else AwsNotConfigured naming what is missing, followed by `advice`; `aws_region_set`
+    (the composition root reads the environment) adds that boto3 ignores AWS_REGION."""
     try:
         session = boto3.session.Session()
         found = {"region": session.region_name, "credentials": session.get_credentials()}
@@ -41,7 +41,7 @@ def require_configured(advice: str) -> None:
         # botocore reads AWS_DEFAULT_REGION (or a profile's region), never AWS_REGION
         note = (
             " (AWS_REGION is set, but boto3 reads AWS_DEFAULT_REGION)"
-            if "region" in missing and os.environ.get("AWS_REGION")
+            if "region" in missing and aws_region_set
             else ""
         )
         raise AwsNotConfigured(f"no AWS {' or '.join(missing)} configured{note}: {advice}")
