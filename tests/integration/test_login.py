@@ -121,10 +121,11 @@ def test_a_wrong_state_is_refused_and_nothing_stored(
     run: Run, issuer: FakeIssuer, api: FakeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _use(monkeypatch, browser(tamper_callback=lambda url: replace_param(url, "state", "forged")))
-    code, out, err = _login(run, issuer, api)
+    code, out, _ = _login(run, issuer, api)
     assert code == 1
-    assert out == ""
-    assert err.splitlines()[-1].startswith("error: login_state: the sign-in answer carried the wrong state")
+    error = json.loads(out)["error"]  # under --json, errors are JSON on stdout
+    assert error["code"] == "login_state"
+    assert error["message"].startswith("the sign-in answer carried the wrong state")
     assert not login.credentials_file().exists()
     assert not login.config_file().exists()
     assert issuer.grants == []  # the code was never exchanged
@@ -135,12 +136,12 @@ def test_an_access_denied_callback_is_a_clear_error(
 ) -> None:
     issuer.deny = True
     _use(monkeypatch, browser())
-    code, _, err = _login(run, issuer, api)
+    code, out, _ = _login(run, issuer, api)
     assert code == 1
-    assert (
-        err.splitlines()[-1]
-        == "error: login_refused: the issuer refused the sign-in: access_denied (User denied the request)"
-    )
+    assert json.loads(out)["error"] == {
+        "code": "login_refused",
+        "message": "the issuer refused the sign-in: access_denied (User denied the request)",
+    }
     assert not login.credentials_file().exists()
 
 
@@ -150,11 +151,12 @@ def test_a_bad_pkce_verifier_is_refused_by_the_token_endpoint(
     # The authorization request carries another challenge, so the CLI's verifier does not match.
     forged = s256("some-other-verifier-" * 3)
     _use(monkeypatch, browser(tamper_authorize=lambda url: replace_param(url, "code_challenge", forged)))
-    code, _, err = _login(run, issuer, api)
+    code, out, _ = _login(run, issuer, api)
     assert code == 1
-    assert err.splitlines()[-1] == (
-        "error: token_refused: the token endpoint refused the code: invalid_grant (PKCE verification failed)"
-    )
+    assert json.loads(out)["error"] == {
+        "code": "token_refused",
+        "message": "the token endpoint refused the code: invalid_grant (PKCE verification failed)",
+    }
     assert issuer.grants == ["authorization_code"]
     assert not login.credentials_file().exists()
 
@@ -190,13 +192,16 @@ def test_a_failed_refresh_says_to_log_in_again(
     issuer.ttl = -120
     assert _login(run, issuer, api)[0] == 0
     issuer.revoke_refresh_tokens()
-    code, out, err = run("--json", "loop", "show")
+    code, out, _ = run("--json", "loop", "show")
     assert code == 1
-    assert out == ""
-    assert err.splitlines() == [
-        "error: login_expired: the stored sign-in has expired and its renewal was refused: "
-        "invalid_grant (Refresh Token has expired); run `steward login` again"
-    ]
+    assert json.loads(out)["error"] == {
+        "code": "login_expired",
+        "message": "the stored sign-in has expired and its renewal was refused: "
+        "invalid_grant (Refresh Token has expired); run `steward login` again",
+    }
+    code, out, err = run("loop", "show")  # without --json, the same error is one line on stderr
+    assert (code, out) == (1, "")
+    assert err.splitlines()[-1].startswith("error: login_expired: the stored sign-in has expired")
     assert api.authorizations == []
 
 
