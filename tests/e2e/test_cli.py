@@ -207,24 +207,30 @@ def stock_env(state: dict[str, object], capability: str) -> dict[str, str]:
     }
 
 
+def capability(state_file: Path, budget_usd: str) -> dict[str, str]:
+    """A running task of alice's on the module's stack and its capability (`local capability`)."""
+    made = run(
+        state_file,
+        "local",
+        "capability",
+        "--owner",
+        "alice",
+        "--budget-usd",
+        budget_usd,
+        "--model",
+        "scripted",
+    )
+    assert made.returncode == 0, made.stderr
+    fixture: dict[str, str] = json.loads(made.stdout)
+    return fixture
+
+
 def test_stock_boto3_with_only_its_environment_calls_the_local_relay_over_https(
     local_up: tuple[subprocess.Popen[str], Path],
 ) -> None:
     _, state_file = local_up
     state = json.loads(state_file.read_text())
-    fixture = json.loads(
-        run(
-            state_file,
-            "local",
-            "capability",
-            "--owner",
-            "alice",
-            "--budget-usd",
-            "0.05",
-            "--model",
-            "scripted",
-        ).stdout
-    )
+    fixture = capability(state_file, "0.05")
     done = subprocess.run(
         [sys.executable, "-c", STOCK_BOTO3],
         env=stock_env(state, fixture["capability"]),
@@ -245,19 +251,7 @@ def test_stock_boto3_with_only_its_environment_calls_the_local_relay_over_https(
 def test_admin_brake_stops_model_calls_until_released(local_up: tuple[subprocess.Popen[str], Path]) -> None:
     _, state_file = local_up
     state = json.loads(state_file.read_text())
-    fixture = json.loads(
-        run(
-            state_file,
-            "local",
-            "capability",
-            "--owner",
-            "alice",
-            "--budget-usd",
-            "0.05",
-            "--model",
-            "scripted",
-        ).stdout
-    )
+    fixture = capability(state_file, "0.05")
     client = httpx.Client(verify=ssl.create_default_context(cafile=state["ca_bundle"]), timeout=30)
     url = state["relay_url"] + "/v1/relay/converse"
     body = {

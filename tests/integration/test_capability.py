@@ -627,24 +627,30 @@ def test_the_relay_key_needs_only_the_public_half(kms: Any, key_id: str) -> None
     assert calls == ["GetPublicKey"]
 
 
-def test_a_task_that_can_never_start_ends_failed_final_at_once(
-    services: Services, signer: KmsCapabilitySigner
-) -> None:
-    """No installation of the owner lists the repository, or the model is not priced: the
-    task ends `failed` `final` with the reason (not `retryable` after the launch grace), its
-    item shows it, and nothing retries it."""
+def priced_minter(services: Services, signer: KmsCapabilitySigner) -> Minter:
+    """A minter that checks the packaged price table, as the runtime routes wire it."""
     from steward.adapters.price_file import load_price_table  # noqa: PLC0415
-    from steward.domain.models import ItemStatus, TaskStatus  # noqa: PLC0415
-    from steward.domain.reconcile import next_spawn  # noqa: PLC0415
 
     tables = services.tables
-    minter = Minter(
+    return Minter(
         TicketStore(tables),
         TaskStore(tables),
         InstallationStore(tables),
         signer,
         prices=load_price_table().entry,
     )
+
+
+def test_a_task_that_can_never_start_ends_failed_final_at_once(
+    services: Services, signer: KmsCapabilitySigner
+) -> None:
+    """No installation of the owner lists the repository, or the model is not priced: the
+    task ends `failed` `final` with the reason (not `retryable` after the launch grace), its
+    item shows it, and nothing retries it."""
+    from steward.domain.models import ItemStatus, TaskStatus  # noqa: PLC0415
+    from steward.domain.reconcile import next_spawn  # noqa: PLC0415
+
+    minter = priced_minter(services, signer)
     task = spawn_task(services)
     with pytest.raises(Forbidden):
         minter.exchange(issue(services, task))
@@ -662,18 +668,10 @@ def test_a_task_that_can_never_start_ends_failed_final_at_once(
 def test_an_unpriced_model_ends_its_task_for_good_and_a_suspended_installation_does_not(
     services: Services, signer: KmsCapabilitySigner
 ) -> None:
-    from steward.adapters.price_file import load_price_table  # noqa: PLC0415
     from steward.domain.models import TaskStatus  # noqa: PLC0415
     from steward.domain.prices import UnknownModel  # noqa: PLC0415
 
-    tables = services.tables
-    minter = Minter(
-        TicketStore(tables),
-        TaskStore(tables),
-        InstallationStore(tables),
-        signer,
-        prices=load_price_table().entry,
-    )
+    minter = priced_minter(services, signer)
     install(services, suspended=True)
     task = spawn_task(services)
     with pytest.raises(Forbidden):
