@@ -124,6 +124,8 @@ def test_the_runtime_gets_the_ticket_only_through_its_environment_and_no_aws_var
     with LocalLauncher(endpoints, extra_env=bounds, command=sleeper) as launcher:
         ticket = "tk-" + uuid.uuid4().hex
         pid = int(launcher.launch(task, ticket).removeprefix("local:"))
+        # Until the child has exec'd, /proc shows the parent's forked image (or nothing).
+        eventually(lambda: b"time.sleep(60)" in Path(f"/proc/{pid}/cmdline").read_bytes())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         assert ticket.encode() not in cmdline
         entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
