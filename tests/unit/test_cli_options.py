@@ -158,3 +158,21 @@ def test_task_retry_names_the_queued_attempt_and_when_the_loop_takes_it(
     assert api.calls == [("POST", "/v1/tasks/t1/retry"), ("GET", "/v1/loop")]
     assert main(["task", "retry", "t1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["queued_attempt"] == 4
+
+
+# A brake's reason is stored on the controls item and shown to operators: one bounded line.
+HOSTILE_REASONS = ["", "   ", "x" * 501, "two\nlines", "carriage\rreturn", "nul\x00byte"]
+
+
+@pytest.mark.parametrize("reason", HOSTILE_REASONS)
+def test_a_brake_reason_that_is_not_one_bounded_line_is_a_usage_error(
+    reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--json", "admin", "brake", "on", "--reason", reason]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert "one non-empty line of at most 500 characters" in error["message"]
+
+
+def test_a_brake_reason_of_one_line_is_taken() -> None:
+    args = build_parser().parse_args(["admin", "brake", "on", "--reason", "incident 42: runaway spend"])
+    assert args.reason == "incident 42: runaway spend"

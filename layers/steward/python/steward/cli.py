@@ -297,6 +297,18 @@ def cmd_loop_show(args: argparse.Namespace) -> int:
     return _emit(args, _client(args).request("GET", "/v1/loop"), render_loop)
 
 
+MAX_REASON_CHARS = 500
+
+
+def _reason(text: str) -> str:
+    """A brake's reason: one line a person reads in `brake status`, bounded."""
+    if not text.strip() or len(text) > MAX_REASON_CHARS or any(c in text for c in "\r\n\x00"):
+        raise argparse.ArgumentTypeError(
+            f"a reason is one non-empty line of at most {MAX_REASON_CHARS} characters"
+        )
+    return text
+
+
 def _bool(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "yes", "on", "1"):
@@ -703,7 +715,9 @@ def _add_local_and_admin_commands(sub: Any) -> None:
         "brake", help="the global brake: refuse every new model call and spawn (on), release it (off)"
     )
     p.add_argument("mode", choices=["on", "off", "status"])
-    p.add_argument("--reason", default="engaged by an operator", help="shown with the brake's status")
+    p.add_argument(
+        "--reason", type=_reason, default="engaged by an operator", help="shown with the brake's status"
+    )
     p.set_defaults(func=cmd_admin_brake)
     sub.add_parser("demo", help="run the demo on the local stack").set_defaults(func=cmd_demo)
 

@@ -3,7 +3,8 @@ reservations, and run the spend-velocity breaker (`steward.services.brake`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -11,6 +12,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from steward import wiring
 from steward.domain.models import utcnow
 from steward.observability import logger_for, metrics_for, tracer_for
+
+if TYPE_CHECKING:
+    from steward.services.brake import BreakerCheck
 
 # The alarm's metric: the spend-velocity breaker engaged the global brake.
 BRAKE_METRIC = "SpendBrakeEngaged"
@@ -20,6 +24,14 @@ metrics = metrics_for("reaper")
 tracer = tracer_for("reaper")
 
 
+def _check_spend(now: datetime) -> BreakerCheck | Exception:
+    try:
+        return wiring.spend_breaker().check(now)
+    except Exception as exc:
+        logger.exception("the spend-velocity breaker could not run")
+        return exc
+
+
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
@@ -27,12 +39,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     now = utcnow()
     # The breaker first, and on its own: a failing sweep must not also silence it (and its
     # failure must not stop the sweeps; it is raised after them, for the Errors alarm).
-    failure: Exception | None = None
-    try:
-        check = wiring.spend_breaker().check(now)
-    except Exception as exc:
-        logger.exception("the spend-velocity breaker could not run")
-        failure, check = exc, None
+    check = _check_spend(now)
     reaper = wiring.reaper()
     failed = reaper.sweep(now)
     released = reaper.sweep_reservations(now)
@@ -40,8 +47,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     metrics.add_metric(name="ReservationsExpired", unit=MetricUnit.Count, value=released)
     if failed:
         logger.info("reaped stale tasks", extra={"task_ids": failed})
-    if failure is not None or check is None:
-        raise failure or RuntimeError("the spend-velocity breaker did not run")
+    if isinstance(check, Exception):
+        raise check
     if check.limit_usd is not None:
         metrics.add_metric(name="SpendLastHourUsd", unit=MetricUnit.Count, value=float(check.spend_usd))
     if check.tripped:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
@@ -38,9 +37,9 @@ class TaskService:
         plan = plan_id(user, validate_slug(plan_slug)) if plan_slug else None
         return self.tasks.page(user, plan_id=plan, limit=limit, cursor=cursor)
 
-    def live(self, user: str) -> builtins.list[Task]:
+    def live(self, user: str) -> tuple[Task, ...]:
         """The user's queued, running and review tasks (what holds the loop's slots)."""
-        return self.tasks.live_for_user(user)
+        return tuple(self.tasks.live_for_user(user))
 
     def plan_cost(self, user: str, plan_slug: str) -> Decimal:
         """What every task of the plan (every attempt) was charged, in all."""
