@@ -159,7 +159,7 @@ def test_local_capability_drives_the_relay_from_outside(local_up: tuple[subproce
     auth = {"Authorization": f"Bearer {fixture['capability']}"}
     client = httpx.Client(verify=ssl.create_default_context(cafile=state["ca_bundle"]), timeout=30)
     plain = httpx.post(state["relay_http_url"] + "/v1/relay/converse", json=body, timeout=30)
-    assert plain.status_code == 401  # the runner's plain-http door: the same relay
+    assert plain.status_code == 401, plain.text  # the runner's plain-http door: the same relay
     answered = client.post(relay, json=body, headers=auth)
     assert answered.status_code == 200, answered.text
     steward = answered.json()["steward"]
