@@ -213,6 +213,43 @@ def cmd_task_events(args: argparse.Namespace) -> int:
     return 0
 
 
+_RUN_STATUSES = frozenset({"queued", "running"})  # its run has not ended yet
+
+
+def cmd_task_logs(args: argparse.Namespace) -> int:
+    """What the task's commands printed: the live output while it runs (where the stack keeps
+    a stream: locally), the stored screen tail once it has ended. `--follow` waits for a
+    queued task to start and prints until the run ends."""
+    client = _client(args)
+
+    def read() -> dict[str, Any]:
+        return dict(client.request("GET", f"/v1/tasks/{args.id}"))
+
+    task = read()
+    while args.follow and task["status"] == "queued":
+        time.sleep(args.interval)
+        task = read()
+    if task["status"] == "running" and client.stream_url is not None:
+        for text in client.output(args.id, follow=args.follow):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        return 0
+    if task["status"] in _RUN_STATUSES and not args.follow:
+        print(
+            f"task {args.id} is {task['status']}: its screen tail is stored when it ends (`--follow` waits)",
+            file=sys.stderr,
+        )
+        return 0
+    while task["status"] in _RUN_STATUSES:
+        time.sleep(args.interval)
+        task = read()
+    screen = str(client.request("GET", f"/v1/tasks/{args.id}/screen")["screen"])
+    sys.stdout.write(screen)
+    if not screen:
+        print(f"task {args.id} stored no screen tail", file=sys.stderr)
+    return 0
+
+
 def cmd_task_artifacts(args: argparse.Namespace) -> int:
     listed = _client(args).request("GET", f"/v1/tasks/{args.id}/artifacts")
     return _emit(
@@ -614,6 +651,11 @@ def _add_task_commands(sub: Any) -> None:
     p.add_argument("--follow", action="store_true", help="keep printing new events until the task ends")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_task_events)
+    p = task.add_parser("logs", help="the task's output: live while it runs, its screen tail after")
+    p.add_argument("id")
+    p.add_argument("--follow", action="store_true", help="wait for it to start and print until it ends")
+    p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_task_logs)
     p = task.add_parser("artifacts", help="the task's artifacts and their sizes")
     p.add_argument("id")
     p.set_defaults(func=cmd_task_artifacts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ class ApiError(Exception):
 class Endpoint:
     api_url: str
     token: str
+    stream_url: str | None = None  # the local stack's live output; AWS has none
 
 
 def resolve_endpoint(user: str | None, state_file: Path | None = None) -> Endpoint:
@@ -65,7 +67,11 @@ def resolve_endpoint(user: str | None, state_file: Path | None = None) -> Endpoi
     users = state.get("users", {})
     if name not in users:
         raise ApiError(0, "no_user", f"{path} has no token for user {name!r} (known: {', '.join(users)})")
-    return Endpoint((url or state["api_url"]).rstrip("/"), token if user is None and token else users[name])
+    return Endpoint(
+        (url or state["api_url"]).rstrip("/"),
+        token if user is None and token else users[name],
+        stream_url=None if url else state.get("stream_url"),
+    )
 
 
 def _stored_login() -> tuple[str, str] | None:
@@ -84,6 +90,8 @@ class ApiClient:
             follow_redirects=False,
         )
         self.api_url = endpoint.api_url
+        self.stream_url = endpoint.stream_url
+        self._token = endpoint.token
 
     def close(self) -> None:
         self._http.close()
@@ -124,6 +132,42 @@ class ApiClient:
                 response.status_code, "artifact_unreadable", f"{name}: HTTP {response.status_code}"
             )
         return response.content
+
+    def output(self, task_id: str, *, follow: bool) -> Iterator[str]:
+        """A running task's live output from the local stack's stream (Server-Sent Events):
+        what it printed so far, then, with `follow`, what follows until the run ends."""
+        if self.stream_url is None:
+            raise ApiError(
+                0, "no_stream", "this deployment keeps no live output (only the final screen tail)"
+            )
+        url = f"{self.stream_url}/v1/tasks/{task_id}/stream"
+        headers = {"Authorization": f"Bearer {self._token}"}
+        try:
+            with httpx.stream(
+                "GET",
+                url,
+                headers=headers,
+                params=None if follow else {"follow": "0"},
+                timeout=httpx.Timeout(30.0, read=None),
+            ) as response:
+                if response.status_code != 200:
+                    raise ApiError(
+                        response.status_code, "no_stream", f"live output: HTTP {response.status_code}"
+                    )
+                event, data = "", []
+                for line in response.iter_lines():
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        data.append(line[6:])
+                    elif not line:
+                        if event == "output":
+                            yield "\n".join(data)
+                        elif event == "end":
+                            return
+                        event, data = "", []
+        except httpx.TransportError as exc:
+            raise ApiError(0, "unreachable", f"cannot reach the live output ({type(exc).__name__})") from None
 
     def paged(self, path: str, key: str, params: dict[str, Any] | None = None) -> list[Any]:
         """Every page of a list route, following `next`."""

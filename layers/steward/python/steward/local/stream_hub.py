@@ -8,8 +8,9 @@ Two routes on one small HTTP server (`stream_url` in `.steward/local.json`):
   anywhere: the durable record is the events and the stored screen tail.
 * `GET /v1/tasks/{id}/stream` — the task's owner (a dev bearer token) watches it as
   Server-Sent Events: `event: output` with the text as `data:` lines, a comment every few
-  seconds to keep the connection open, and `event: end` when the run is over. Another user's
-  task answers 404, as on the API.
+  seconds to keep the connection open, and `event: end` when the run is over. With
+  `?follow=0` it answers the replay only and closes (no `end`: the run goes on). Another
+  user's task answers 404, as on the API.
 
 It is a local convenience, not an AWS component: a Lambda behind API Gateway cannot hold a
 stream open, and in AWS the runner only keeps the tail.
@@ -156,6 +157,8 @@ class _Handler(LocalHandler):
             sub = str(hub.verify_user(bearer_token(self.headers.get("Authorization"))).get("sub", ""))
         except Exception:
             raise Refused(401, "unauthorized", "send a bearer token") from None
+        parts = urlsplit(self.path)
+        follow = parse_qs(parts.query).get("follow") != ["0"]
         task_id = match.group(1)
         if not sub or hub.task_owner(task_id) != sub:
             raise Refused(404, "not_found", f"no task {task_id}")
@@ -168,7 +171,7 @@ class _Handler(LocalHandler):
             self.end_headers()
             for text in replay:
                 self._event("output", text)
-            while not ended:
+            while follow and not ended:
                 try:
                     item = watcher.get(timeout=hub.keepalive_seconds)
                 except queue.Empty:
@@ -178,7 +181,8 @@ class _Handler(LocalHandler):
                 if item is None:
                     break
                 self._event("output", item)
-            self._event("end", "")
+            if follow or ended:
+                self._event("end", "")
         except (BrokenPipeError, ConnectionResetError):
             pass  # the watcher left
         finally:
