@@ -35,7 +35,7 @@ COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hash
 BUILD_REQUIRES = $(PYTHON) -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
 	print("pip", *t["build-system"]["requires"], sep="\n")'
 
-.PHONY: demo test lint bench sim install lock clean sandbox-tools layer layer-check synth
+.PHONY: demo test lint bench sim install lock clean sandbox-tools browser-tools layer layer-check synth
 
 # The stamps are named by the content they were installed from, not dated against it, so a
 # checkout that leaves the files as they were reinstalls nothing.
@@ -71,10 +71,19 @@ sandbox-tools:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
 	@command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap is required: apt-get install bubblewrap" >&2; exit 1; }
 
+# The web console's browser tests drive Debian's Chromium (tests/e2e/test_console.py).
+browser-tools:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (apt-get)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { echo "chromium is required: apt-get install chromium" >&2; exit 1; }
+
 demo: $(STAMP) sandbox-tools
 	$(VENV)/bin/steward demo
 
-test: $(STAMP) sandbox-tools
+test: $(STAMP) sandbox-tools browser-tools
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)

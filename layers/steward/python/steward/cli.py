@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from steward.adapters import login
-from steward.adapters.api_client import DEFAULT_STATE_FILE, ApiClient, ApiError, resolve_endpoint
+from steward.adapters.api_client import (
+    DEFAULT_STATE_FILE,
+    ApiClient,
+    ApiError,
+    local_login_code,
+    resolve_endpoint,
+)
 from steward.cli_render import render_loop, render_plan, render_plans, render_task, render_tasks, table
 from steward.domain.errors import StewardError
 from steward.domain.models import TERMINAL_PLAN_STATUSES, TERMINAL_TASK_STATUSES
@@ -409,6 +415,19 @@ def cmd_local_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_local_login(args: argparse.Namespace) -> int:
+    """A console login link for any dev user: a one-time code (valid two minutes) in the
+    link's fragment, exchanged by the page for a token; the token itself is never printed."""
+    from steward.local.dev_auth import DevIssuer  # noqa: PLC0415
+
+    state_file = _running_stack(args)
+    state = json.loads(state_file.read_text())
+    token = DevIssuer.load_or_create(state_file.parent / "dev-jwt-key.pem").mint(args.name)
+    code = local_login_code(state["api_url"], token)
+    link = {"url": f"{state['console_url']}#login={code['code']}", "expires_in": code["expires_in"]}
+    return _emit(args, link, lambda d: f"{d['url']}\n(open it within {d['expires_in']} s; it signs in once)")
+
+
 def _decimal_arg(text: str) -> Decimal:
     try:
         value = Decimal(text)
@@ -737,6 +756,9 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     )
     p.add_argument("mode", choices=("on", "off"))
     p.set_defaults(func=cmd_local_github_withhold)
+    p = local.add_parser("login", help="print a web console login link for a dev user")
+    p.add_argument("name", help="the dev user (any name: alice, bob, ...)")
+    p.set_defaults(func=cmd_local_login)
     p = local.add_parser("token", help="mint a dev bearer token")
     p.add_argument("name")
     p.set_defaults(func=cmd_local_token)

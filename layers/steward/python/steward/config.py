@@ -103,6 +103,15 @@ def _non_negative_float(name: str, raw: str) -> float | None:
     return value
 
 
+SIGN_IN_KINDS = ("oidc", "local", "none")
+
+
+def _sign_in(name: str, raw: str) -> str:
+    if raw not in SIGN_IN_KINDS:
+        raise ValueError(f"{name} must be one of {', '.join(SIGN_IN_KINDS)}, got {raw!r}")
+    return raw
+
+
 _PARSERS: dict[str, Callable[[str, str], Any]] = {}
 
 
@@ -328,6 +337,32 @@ SETTINGS: tuple[Setting, ...] = (
         doc="the relay's URL, handed to each runtime",
     ),
     _setting(
+        "STEWARD_CONSOLE_SIGN_IN",
+        "console_sign_in",
+        {"api"},
+        parse=_sign_in,
+        doc="how the web console signs people in: `oidc` (authorization code + PKCE), `local` "
+        "(the local stack's login links) or `none`",
+    ),
+    _setting(
+        "STEWARD_CONSOLE_CLIENT_ID",
+        "console_client_id",
+        {"api"},
+        doc="the OIDC app client id of the web console (sign-in `oidc`)",
+    ),
+    _setting(
+        "STEWARD_CONSOLE_AUTHORIZE_URL",
+        "console_authorize_url",
+        {"api"},
+        doc="the OIDC authorization endpoint the console sends people to (sign-in `oidc`)",
+    ),
+    _setting(
+        "STEWARD_CONSOLE_TOKEN_URL",
+        "console_token_url",
+        {"api"},
+        doc="the OIDC token endpoint the console exchanges its code at (sign-in `oidc`)",
+    ),
+    _setting(
         "STEWARD_RUNTIME_LOG_DIR",
         "runtime_log_dir",
         LAUNCHING,
@@ -347,6 +382,7 @@ _DEFAULTS: dict[str, str] = {
     "STEWARD_RUNNER_CONTAINER": "runner",
     "STEWARD_GITHUB_RESYNC_SECONDS": "900",
     "STEWARD_GITHUB_RESYNC_MAX_CALLS": "20",
+    "STEWARD_CONSOLE_SIGN_IN": "none",
 }
 
 # What the local launcher hands its runtimes besides their own four variables, as a Fargate
@@ -397,6 +433,10 @@ class Settings:
     runner_security_groups: tuple[str, ...] = ()
     api_url: str = ""
     relay_url: str = ""
+    console_sign_in: str = "none"
+    console_client_id: str | None = None
+    console_authorize_url: str | None = None
+    console_token_url: str | None = None
     runtime_log_dir: str | None = None
     region: str | None = None
     runtime_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)

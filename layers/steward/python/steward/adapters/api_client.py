@@ -179,3 +179,20 @@ class ApiClient:
             cursor = page.get("next")
             if not cursor:
                 return out
+
+
+def local_login_code(api_url: str, token: str) -> dict[str, Any]:
+    """A one-time console login code from the local stack (`steward.local.console_login`)."""
+    try:
+        answer = httpx.post(
+            f"{api_url}/local/login-codes", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+    except httpx.TransportError as exc:
+        raise ApiError(0, "unreachable", f"the local stack does not answer ({type(exc).__name__})") from None
+    if answer.status_code != 200:
+        raise ApiError(
+            answer.status_code,
+            "login_refused",
+            f"the local stack refused a login code (HTTP {answer.status_code})",
+        )
+    return dict(answer.json())

@@ -11,6 +11,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from steward.api.http import install_error_handlers
 from steward.api.http import json_response as _json
 from steward.api.requests import (
+    ArtifactQuery,
     ConfirmBody,
     EventsQuery,
     ListQuery,
@@ -138,7 +139,9 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
     @app.get("/v1/tasks/<task_id>/artifacts/<name>")
     def task_artifact(task_id: str, name: str) -> Response[str]:
         url = services().tasks.artifact_url(caller(), task_id, name)
-        return _json(302, {"url": url}, headers={"Location": url})
+        if query(ArtifactQuery).redirect:
+            return _json(302, {"url": url}, headers={"Location": url})
+        return _json(200, {"url": url})  # a page's fetch cannot read a cross-origin redirect
 
     @app.post("/v1/tasks/<task_id>/retry")
     def retry_task(task_id: str) -> Response[str]:

@@ -7,11 +7,13 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from steward import wiring
+from steward.api import console
 from steward.api.app import create_app, logger
 from steward.observability import tracer_for
 
 tracer = tracer_for("api")
 app = create_app(wiring.api_services)
+console.register(app, wiring.settings)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -45,6 +45,12 @@ class EventsQuery(BaseModel):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+class ArtifactQuery(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    # `false`: the presigned URL in a 200 body instead of a redirect (for a browser page)
+    redirect: bool = True
+
+
 def parse_body(raw: str | None, model: type[M], *, optional: bool = False) -> M:
     if raw is None or raw.strip() == "":
         if optional:

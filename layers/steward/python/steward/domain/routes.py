@@ -4,6 +4,7 @@ functions) and the client (`steward.adapters.runtime_api`), so the two cannot dr
 from __future__ import annotations
 
 RUNTIME_PREFIX = "/v1/runtime/"
+CONSOLE_PREFIX = "/console"  # the web console's files: outside the JWT authorizer, served by the API
 EXCHANGE_PATH = "/v1/runtime/exchange"
 GITHUB_TOKEN_PATH = "/v1/runtime/github-token"  # noqa: S105 - a route, not a secret
 CLAIM_PATH = "/v1/runtime/claim"

@@ -121,6 +121,7 @@ class LambdaHttpServer(Running):
         invocation_lock: AbstractContextManager[Any] | None = None,
         tls: ssl.SSLContext | None = None,
         binary_media_types: tuple[str, ...] = (),
+        front: Callable[[LocalHandler], bool] | None = None,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}")
@@ -136,6 +137,8 @@ class LambdaHttpServer(Running):
         self.tls = tls  # serve HTTPS with this server context (`steward.local.tls`)
         # A REST API's binary media types: with `*/*` every request body arrives base64.
         self.binary_media_types = binary_media_types
+        # Local-only routes answered before the front door (True: answered); see the stack.
+        self.front = front
         self._address = (host, port)
         self._server: LocalHttpServer[LambdaHttpServer] | None = None
 
@@ -173,6 +176,8 @@ class _RequestHandler(LocalHandler):
         adapter = self.server.app
         self.request_id = str(uuid.uuid4())
         try:
+            if adapter.front is not None and adapter.front(self):
+                return
             body = self.read_body(adapter.max_body_bytes)
             event = self._event(adapter, body, self.request_id)
             self._authorize(adapter, event)

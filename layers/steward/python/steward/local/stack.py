@@ -33,16 +33,18 @@ from steward.config import Settings
 from steward.domain.errors import StewardError
 from steward.domain.installations import Installation
 from steward.domain.models import utcnow
-from steward.domain.routes import RELAY_BINARY_MEDIA_TYPES, RUNTIME_PREFIX
+from steward.domain.routes import CONSOLE_PREFIX, RELAY_BINARY_MEDIA_TYPES, RUNTIME_PREFIX
 from steward.local import tls as local_tls
+from steward.local.console_login import LoginCodes
 from steward.local.dev_auth import DevIssuer
 from steward.local.event_sources import Schedule, SqsSource
 from steward.local.github_twin import GitHubTwin
 from steward.local.http_adapter import LambdaHttpServer
+from steward.local.http_base import LocalHandler
 from steward.local.moto_server import MotoServer
 from steward.local.sample_repo import FILES as SAMPLE_FILES
 from steward.local.sample_repo import SAMPLE_REPO
-from steward.local.stream_hub import StreamHub
+from steward.local.stream_hub import StreamHub, serve_watch
 from steward.queues import HEARTBEAT
 
 DEV_USERS = ("alice", "bob")
@@ -188,6 +190,7 @@ class LocalStack:
                 "AWS_REGION": LOCAL_REGION,
                 "STEWARD_TABLE_PREFIX": settings.table_prefix,
                 "STEWARD_ARTIFACTS_BUCKET": settings.artifacts_bucket,
+                "STEWARD_CONSOLE_SIGN_IN": "local",
                 "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
                 # CloudWatch EMF lines on stdout mean nothing without CloudWatch.
                 "POWERTOOLS_METRICS_DISABLED": os.environ.get("POWERTOOLS_METRICS_DISABLED", "true"),
@@ -209,6 +212,7 @@ class LocalStack:
             "relay_http_url": relay_http_url,
             "ca_bundle": ca_bundle,
             "stream_url": stream_url,
+            "console_url": f"{api_url}{CONSOLE_PREFIX}/",
             "aws_endpoint_url": self._moto.url,
             "region": LOCAL_REGION,
             "table_prefix": settings.table_prefix,
@@ -292,11 +296,19 @@ class LocalStack:
                 return runtime_handler.lambda_handler(event, context)
             return handler.lambda_handler(event, context)
 
+        codes = LoginCodes(issuer.verify, issuer.mint)
+
+        def front(request: LocalHandler) -> bool:
+            """The local stack's own routes on the API origin: the console's login codes and
+            the live output (the hub's stream, so the console's page needs no other origin)."""
+            return codes.serve(request) or (self._hub is not None and serve_watch(request, self._hub))
+
         self._api = LambdaHttpServer(
             gateway,
             kind="http_api",
             authorizer=issuer.verify,
-            public_path_prefixes=(RUNTIME_PREFIX,),
+            public_path_prefixes=(RUNTIME_PREFIX, CONSOLE_PREFIX),
+            front=front,
             host=self.host,
             port=self.api_port,
             function_name="steward-api",

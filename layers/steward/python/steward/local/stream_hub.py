@@ -149,46 +149,54 @@ class _Handler(LocalHandler):
         self.send(204)
 
     def _watch(self) -> None:
-        hub = self.server.app
-        match = _WATCH_PATH.match(urlsplit(self.path).path)
-        if match is None:
+        if not serve_watch(self, self.server.app):
             raise Refused(404, "not_found", "no such route")
-        try:
-            sub = str(hub.verify_user(bearer_token(self.headers.get("Authorization"))).get("sub", ""))
-        except Exception:
-            raise Refused(401, "unauthorized", "send a bearer token") from None
-        parts = urlsplit(self.path)
-        follow = parse_qs(parts.query).get("follow") != ["0"]
-        task_id = match.group(1)
-        if not sub or hub.task_owner(task_id) != sub:
-            raise Refused(404, "not_found", f"no task {task_id}")
-        replay, watcher, ended = hub.watch(task_id)
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for text in replay:
-                self._event("output", text)
-            while follow and not ended:
-                try:
-                    item = watcher.get(timeout=hub.keepalive_seconds)
-                except queue.Empty:
-                    self.wfile.write(b": keepalive\n\n")
-                    self.wfile.flush()
-                    continue
-                if item is None:
-                    break
-                self._event("output", item)
-            if follow or ended:
-                self._event("end", "")
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the watcher left
-        finally:
-            hub.unwatch(task_id, watcher)
 
-    def _event(self, name: str, text: str) -> None:
+
+def serve_watch(handler: LocalHandler, hub: StreamHub) -> bool:
+    """Answer `GET /v1/tasks/{id}/stream` on `handler` (this hub's server, or the API's
+    origin for the console); False when the request is not that route."""
+    parts = urlsplit(handler.path)
+    match = _WATCH_PATH.match(parts.path)
+    if match is None or handler.command != "GET":
+        return False
+    try:
+        sub = str(hub.verify_user(bearer_token(handler.headers.get("Authorization"))).get("sub", ""))
+    except Exception:
+        raise Refused(401, "unauthorized", "send a bearer token") from None
+    follow = parse_qs(parts.query).get("follow") != ["0"]
+    task_id = match.group(1)
+    if not sub or hub.task_owner(task_id) != sub:
+        raise Refused(404, "not_found", f"no task {task_id}")
+    replay, watcher, ended = hub.watch(task_id)
+
+    def event(name: str, text: str) -> None:
         lines = "".join(f"data: {line}\n" for line in text.split("\n"))
-        self.wfile.write(f"event: {name}\n{lines}\n".encode())
-        self.wfile.flush()
+        handler.wfile.write(f"event: {name}\n{lines}\n".encode())
+        handler.wfile.flush()
+
+    try:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-store")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        for text in replay:
+            event("output", text)
+        while follow and not ended:
+            try:
+                item = watcher.get(timeout=hub.keepalive_seconds)
+            except queue.Empty:
+                handler.wfile.write(b": keepalive\n\n")
+                handler.wfile.flush()
+                continue
+            if item is None:
+                break
+            event("output", item)
+        if follow or ended:
+            event("end", "")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the watcher left
+    finally:
+        hub.unwatch(task_id, watcher)
+    return True

@@ -1,0 +1,588 @@
+// The Steward console: a view over the API that decides nothing the API does not.
+// Every text from a document, a model or GitHub is put in the page as text (textContent,
+// never innerHTML); links are only ever http(s). The token lives in sessionStorage and is
+// sent only as an Authorization header to this origin.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "steward.token";
+  const USER_KEY = "steward.user";
+  const PKCE_KEY = "steward.pkce";
+  const RUN_STATUSES = new Set(["queued", "running"]);
+  const ENDED_TASK = new Set(["merged", "closed", "failed", "cancelled"]);
+  const RETRYABLE = new Set(["failed", "closed", "cancelled"]);
+  const CANCELLABLE = new Set(["queued", "running", "review"]);
+  const CONFIRMABLE = new Set(["draft", "awaiting_confirmation"]);
+  const POLL_MS = 2000;
+
+  let config = { sign_in: "none", live_output: "poll" };
+  let token = sessionStorage.getItem(TOKEN_KEY);
+  let page = { stop() {} }; // what the current page must stop when another opens
+
+  // ---- DOM helpers: text only
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else if (key === "href") node.setAttribute("href", safeHref(value));
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : String(child)); // a string is a text node
+    }
+    return node;
+  }
+
+  function safeHref(value) {
+    const text = String(value);
+    if (text.startsWith("#/")) return text;
+    try {
+      const url = new URL(text, location.href);
+      if (url.protocol === "https:" || url.protocol === "http:") return url.href;
+    } catch (_) {
+      /* not a URL */
+    }
+    return "#/"; // a javascript:, data: or broken link goes nowhere
+  }
+
+  const enc = encodeURIComponent;
+  const main = () => document.getElementById("main");
+
+  function show(...nodes) {
+    const target = main();
+    target.replaceChildren(...nodes);
+  }
+
+  function notify(message, ok) {
+    const box = document.getElementById("notice");
+    box.textContent = message;
+    box.className = ok ? "notice ok" : "notice";
+    box.hidden = !message;
+  }
+
+  function status(value) {
+    return el("span", { class: `status ${value}` }, String(value).replace(/_/g, " "));
+  }
+
+  function waitingText(waiting) {
+    if (!waiting) return null;
+    const until = waiting.until ? ` until ${new Date(waiting.until).toLocaleString()}` : "";
+    return el("div", { class: "waiting" }, `waiting: ${waiting.reason.replace(/_/g, " ")}${until}`,
+      waiting.detail ? ` — ${waiting.detail}` : "");
+  }
+
+  function facts(pairs) {
+    return el("dl", { class: "facts" }, pairs.filter(([, v]) => v !== null && v !== undefined && v !== "")
+      .map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  }
+
+  function short(hash) {
+    return hash ? String(hash).slice(0, 12) : "—";
+  }
+
+  // ---- the API
+  class ApiError extends Error {
+    constructor(statusCode, code, message) {
+      super(message);
+      this.status = statusCode;
+      this.code = code;
+    }
+  }
+
+  async function api(method, path, body) {
+    const headers = { Authorization: `Bearer ${token}` };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    let response;
+    try {
+      response = await fetch(path, {
+        method, headers, cache: "no-store", body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (_) {
+      throw new ApiError(0, "unreachable", "cannot reach the Steward API");
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (_) {
+      /* no JSON body */
+    }
+    if (response.status === 401) {
+      signOut();
+      throw new ApiError(401, "unauthorized", "your sign-in has expired: sign in again");
+    }
+    if (!response.ok) {
+      const error = (data && data.error) || {};
+      throw new ApiError(response.status, error.code || "http_error", error.message || `HTTP ${response.status}`);
+    }
+    return data;
+  }
+
+  // ---- sign-in
+  function b64url(bytes) {
+    let text = "";
+    for (const b of bytes) text += String.fromCharCode(b);
+    return btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  function claims(jwt) {
+    try {
+      const part = jwt.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+      return JSON.parse(atob(part.padEnd(part.length + ((4 - (part.length % 4)) % 4), "=")));
+    } catch (_) {
+      return {};
+    }
+  }
+
+  function keep(newToken, user) {
+    token = newToken;
+    sessionStorage.setItem(TOKEN_KEY, newToken);
+    sessionStorage.setItem(USER_KEY, user || claims(newToken).email || claims(newToken).sub || "");
+  }
+
+  function signOut() {
+    page.stop();
+    token = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(USER_KEY);
+  }
+
+  function redirectUri() {
+    return `${location.origin}${location.pathname}`;
+  }
+
+  async function beginOidc() {
+    const verifier = b64url(crypto.getRandomValues(new Uint8Array(32)));
+    const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier));
+    const state = b64url(crypto.getRandomValues(new Uint8Array(16)));
+    sessionStorage.setItem(PKCE_KEY, JSON.stringify({ verifier, state, back: location.hash }));
+    const url = new URL(config.authorize_url);
+    url.search = new URLSearchParams({
+      response_type: "code",
+      client_id: config.client_id,
+      redirect_uri: redirectUri(),
+      scope: config.scopes,
+      state,
+      code_challenge: b64url(new Uint8Array(digest)),
+      code_challenge_method: "S256",
+    }).toString();
+    location.assign(url.href);
+  }
+
+  // A login link (`steward local login USER`) carries a one-time code in the fragment (never
+  // sent to a server, never logged); an OIDC redirect carries `code` and `state` in the query.
+  async function completeSignIn() {
+    const login = /^#login=([A-Za-z0-9_-]{16,128})$/.exec(location.hash);
+    if (login) {
+      history.replaceState(null, "", `${location.pathname}#/plans`);
+      const response = await fetch("/local/login", {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ code: login[1] }),
+      });
+      const data = await response.json().catch(() => ({}));
+      if (!response.ok) throw new ApiError(response.status, "login", (data.error || {}).message || "login refused");
+      keep(data.token, data.user);
+      return;
+    }
+    const query = new URLSearchParams(location.search);
+    if (!query.has("state") || !(query.has("code") || query.has("error"))) return;
+    const saved = JSON.parse(sessionStorage.getItem(PKCE_KEY) || "{}");
+    sessionStorage.removeItem(PKCE_KEY);
+    history.replaceState(null, "", `${location.pathname}${saved.back || "#/plans"}`);
+    if (query.get("state") !== saved.state) throw new ApiError(400, "login", "sign-in answered a request this page did not make");
+    if (query.has("error")) throw new ApiError(400, "login", `sign-in refused: ${query.get("error")}`);
+    const response = await fetch(config.token_url, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({
+        grant_type: "authorization_code", client_id: config.client_id, code: query.get("code"),
+        redirect_uri: redirectUri(), code_verifier: saved.verifier,
+      }),
+    });
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok || !data.id_token) throw new ApiError(response.status, "login", "the token exchange was refused");
+    keep(data.id_token, null);
+  }
+
+  function signInPage() {
+    const body = [el("h1", {}, "Sign in")];
+    if (config.sign_in === "oidc") {
+      body.push(el("button", { class: "primary", type: "button", onclick: () => beginOidc() }, "Sign in"));
+    } else if (config.sign_in === "local") {
+      body.push(el("p", {}, "Open a login link made by the local stack:"),
+        el("pre", {}, "steward local login alice"));
+    } else {
+      body.push(el("p", {}, "This deployment has no console sign-in configured."));
+    }
+    show(...body);
+  }
+
+  // ---- pages
+  async function plansPage() {
+    const { plans } = await api("GET", "/v1/plans?limit=100");
+    const rows = plans.map((plan) => {
+      const done = Object.values(plan.outcomes || {}).reduce((a, b) => a + b, 0);
+      const outcomes = Object.entries(plan.outcomes || {}).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`);
+      const total = plan.items.filter((i) => i.ordinal !== null).length;
+      return el("tr", {},
+        el("td", {}, el("a", { href: `#/plans/${enc(plan.slug)}` }, plan.slug)),
+        el("td", {}, status(plan.status)),
+        el("td", { class: "hide-narrow" }, plan.repo),
+        el("td", {}, `${done}/${total}`, outcomes.length ? el("div", { class: "muted" }, outcomes.join(", ")) : null),
+        el("td", {}, `$${plan.cost_usd}`),
+        el("td", { class: "hide-narrow" }, plan.updated_at));
+    });
+    show(el("h1", {}, "Plans"), plans.length
+      ? el("div", { class: "scroll" }, el("table", {},
+        el("thead", {}, el("tr", {}, ["Plan", "Status", "Repository", "Finished", "Cost", "Updated"]
+          .map((h, i) => el("th", { class: i === 2 || i === 5 ? "hide-narrow" : null }, h)))),
+        el("tbody", {}, rows)))
+      : el("p", { class: "muted" }, "No plans yet. Publish one with `steward plan publish FILE`."));
+  }
+
+  function detailsOf(item) {
+    const details = Array.isArray(item.details) ? item.details.join("\n") : item.details;
+    return details ? el("div", { class: "details" }, details) : null;
+  }
+
+  function list(values) {
+    if (!values || !values.length) return null;
+    return el("ul", {}, values.map((v) => el("li", {}, el("code", {}, v))));
+  }
+
+  async function planPage(slug) {
+    const plan = await api("GET", `/v1/plans/${enc(slug)}`);
+    let diff = null;
+    try {
+      diff = await api("GET", `/v1/plans/${enc(slug)}/diff`);
+    } catch (error) {
+      if (error.status !== 404) throw error;
+    }
+    const fm = plan.front_matter || {};
+    const field = (key) => (plan[key] !== undefined && plan[key] !== null ? plan[key] : fm[key]);
+    const parts = [
+      el("h1", {}, plan.title || plan.slug, " ", status(plan.status)),
+      facts([
+        ["Plan", plan.slug],
+        ["Repository", field("repo")],
+        ["Base", field("base") || "the repository's default branch"],
+        ["Model", field("model")],
+        ["Budget per task", field("budget_usd") !== undefined ? `$${field("budget_usd")}` : null],
+        ["Max attempts", field("max_attempts")],
+        ["Checks", list(field("checks"))],
+        ["Setup", list(field("setup"))],
+        ["Content", el("code", {}, short(plan.content_hash))],
+        ["Approved", plan.approved_hash ? el("code", {}, short(plan.approved_hash)) : "never"],
+        ["Cost so far", plan.cost_usd !== undefined ? `$${plan.cost_usd}` : null],
+      ]),
+    ];
+    const changes = diff ? [
+      ...Object.entries(diff.front_matter || {}).map(([key, [old, now]]) =>
+        el("li", { class: "change edited" }, `${key}: ${JSON.stringify(old)} → ${JSON.stringify(now)}`)),
+      ...(diff.items || []).map((c) => el("li", { class: `change ${c.change}` }, `${c.change}: ${c.ordinal === null ? "" : `#${c.ordinal} `}${c.title}`)),
+    ] : [];
+    if (changes.length) parts.push(el("h2", {}, "Changed since the last confirmation"), el("ul", { class: "changes" }, changes));
+    parts.push(el("h2", {}, "Items"), el("div", { class: "scroll" }, el("table", { class: "items" },
+      el("thead", {}, el("tr", {}, ["#", "Item", "Status", "Task"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, plan.items.map((item) => el("tr", {},
+        el("td", {}, item.ordinal === null ? "—" : item.ordinal),
+        el("td", {}, el("div", { class: "item-title" }, item.title), detailsOf(item), waitingText(item.waiting)),
+        el("td", {}, status(item.status)),
+        el("td", {}, item.task_id ? el("a", { href: `#/tasks/${item.task_id}` }, item.task_id) : "—")))))));
+    if (CONFIRMABLE.has(plan.status)) {
+      // Approve exactly what this page shows: the hash it was rendered from, never a re-read.
+      const shownHash = plan.content_hash;
+      const button = el("button", { class: "primary", type: "button", id: "confirm" },
+        `Confirm this content (${short(shownHash)})`);
+      button.addEventListener("click", async () => {
+        button.disabled = true;
+        try {
+          await api("POST", `/v1/plans/${enc(slug)}/confirm`, { content_hash: shownHash });
+          await planPage(slug);
+          notify("Confirmed: the loop will start its items.", true);
+        } catch (error) {
+          notify(`Not confirmed: ${error.message}`);
+          button.disabled = false;
+        }
+      });
+      parts.push(el("div", { class: "actions" }, button));
+    }
+    show(...parts);
+  }
+
+  async function taskPage(id) {
+    let after = 0;
+    let stopped = false;
+    let timer = null;
+    let streaming = null;
+    let screenShown = false;
+    const timeline = el("ol", { class: "timeline", id: "timeline" });
+    const output = el("pre", { class: "screen", id: "output", "aria-live": "off" });
+    const summary = el("div", { id: "summary" });
+    const actions = el("div", { class: "actions" });
+    const artifacts = el("ul", { id: "artifacts" });
+    page = {
+      stop() {
+        stopped = true;
+        clearTimeout(timer);
+        if (streaming) streaming.abort();
+      },
+    };
+
+    const checkResults = new Map(); // command -> the last `check` event's verdict
+    function checkList(plan) {
+      const required = plan ? (plan.front_matter || {}).checks || plan.checks || [] : [];
+      const commands = required.length ? required : [...checkResults.keys()];
+      if (!commands.length) return null;
+      return el("ul", { id: "checks" }, commands.map((command) => {
+        const passed = checkResults.get(command);
+        const mark = passed === undefined ? "not run yet" : passed ? "passed" : "failed";
+        return el("li", { class: `check ${mark.replace(/ /g, "-")}` }, el("code", {}, command), ` — ${mark}`);
+      }));
+    }
+
+    function render(task, plan) {
+      const remaining = Math.max(0, Number(task.budget_usd) - Number(task.cost_usd)).toFixed(4);
+      summary.replaceChildren(
+        el("h1", {}, task.title || task.id, " ", status(task.status)),
+        waitingText(task.waiting) || "",
+        facts([
+          ["Task", task.id],
+          ["Plan", el("a", { href: `#/plans/${enc(task.plan_slug)}` }, task.plan_slug)],
+          ["Item", task.ordinal],
+          ["Attempt", task.attempt],
+          ["Outcome", task.classification ? `${task.classification}${task.reason ? `: ${task.reason}` : ""}` : task.reason],
+          ["Repository", task.repo],
+          ["Branch", task.branch],
+          ["Model", task.model],
+          ["Cost", `$${task.cost_usd} of $${task.budget_usd} (remaining $${remaining})`],
+          ["Checks", checkList(plan)],
+          ["Pull request", task.pr_url ? el("a", { href: task.pr_url, rel: "noopener noreferrer", target: "_blank", id: "pr-link" }, task.pr_url) : "none yet"],
+        ]));
+      const buttons = [];
+      if (RETRYABLE.has(task.status)) buttons.push(action("Retry", "retry", "Retry requested: the loop picks it up at its next tick."));
+      if (CANCELLABLE.has(task.status)) buttons.push(action("Cancel", "cancel", "Cancelled."));
+      actions.replaceChildren(...buttons);
+    }
+
+    function action(label, verb, done) {
+      const button = el("button", { type: "button", class: verb === "cancel" ? "danger" : null, id: verb }, label);
+      button.addEventListener("click", async () => {
+        button.disabled = true;
+        try {
+          await api("POST", `/v1/tasks/${enc(id)}/${verb}`);
+          notify(done, true);
+          await poll(true);
+        } catch (error) {
+          notify(`${label} refused: ${error.message}`);
+          button.disabled = false;
+        }
+      });
+      return button;
+    }
+
+    async function loadArtifacts() {
+      const { artifacts: listed } = await api("GET", `/v1/tasks/${enc(id)}/artifacts`);
+      artifacts.replaceChildren(...(listed.length ? listed.map((a) => el("li", {},
+        el("a", {
+          href: `#/tasks/${id}`,
+          class: "artifact",
+          "data-name": a.name,
+          onclick: async (event) => {
+            event.preventDefault();
+            try {
+              const { url } = await api("GET", `/v1/tasks/${enc(id)}/artifacts/${enc(a.name)}?redirect=false`);
+              location.assign(safeHref(url));
+            } catch (error) {
+              notify(error.message);
+            }
+          },
+        }, a.name), ` (${a.size} bytes)`)) : [el("li", { class: "muted" }, "none yet")]));
+    }
+
+    async function showScreen() {
+      const { screen } = await api("GET", `/v1/tasks/${enc(id)}/screen`);
+      if (screen || !output.textContent) output.textContent = screen || "(no screen tail stored)";
+      screenShown = true;
+    }
+
+    async function stream() {
+      streaming = new AbortController();
+      try {
+        const response = await fetch(`/v1/tasks/${enc(id)}/stream`, {
+          headers: { Authorization: `Bearer ${token}` }, signal: streaming.signal, cache: "no-store",
+        });
+        if (!response.ok || !response.body) return;
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        output.textContent = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let cut;
+          while ((cut = buffer.indexOf("\n\n")) >= 0) {
+            const frame = buffer.slice(0, cut);
+            buffer = buffer.slice(cut + 2);
+            const lines = frame.split("\n");
+            const name = (lines.find((l) => l.startsWith("event: ")) || "").slice(7);
+            const data = lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+            if (name === "output") {
+              output.textContent += data;
+              output.scrollTop = output.scrollHeight;
+            } else if (name === "end") {
+              return;
+            }
+          }
+        }
+      } catch (_) {
+        /* aborted or dropped: polling goes on */
+      } finally {
+        streaming = null;
+      }
+    }
+
+    let plan = null;
+    async function poll(once) {
+      if (stopped) return;
+      try {
+        const task = await api("GET", `/v1/tasks/${enc(id)}`);
+        if (!plan) plan = await api("GET", `/v1/plans/${enc(task.plan_slug)}`).catch(() => null);
+        for (;;) {
+          const page_ = await api("GET", `/v1/tasks/${enc(id)}/events?after=${after}&limit=100`);
+          for (const event of page_.events) {
+            const data = event.data || {};
+            if (event.type === "check" && typeof data.command === "string") checkResults.set(data.command, data.passed === true);
+            timeline.append(el("li", {}, el("code", {}, event.type), ` ${event.at} `,
+              el("span", { class: "muted" }, JSON.stringify(event.data || {}))));
+          }
+          after = page_.next;
+          if (page_.events.length < 100) break;
+        }
+        render(task, plan);
+        if (task.status === "running" && config.live_output === "stream" && !streaming) {
+          stream();
+        } else if (!RUN_STATUSES.has(task.status) && !screenShown && !streaming) {
+          await showScreen();
+          await loadArtifacts();
+        }
+        if (once || ENDED_TASK.has(task.status)) return;
+      } catch (error) {
+        notify(error.message);
+        if (error.status === 404 || error.status === 401) return;
+      }
+      if (!stopped) timer = setTimeout(() => poll(false), POLL_MS);
+    }
+
+    show(summary, actions, el("h2", {}, "Output"), output, el("h2", {}, "Artifacts"), artifacts,
+      el("h2", {}, "Events"), timeline);
+    output.textContent = "(waiting for output)";
+    await loadArtifacts();
+    await poll(false);
+  }
+
+  async function loopPage() {
+    const settings = await api("GET", "/v1/loop");
+    const input = (name, attrs) => el("input", { id: name, name, ...attrs });
+    const form = el("form", { class: "settings", id: "loop-form" },
+      el("label", { for: "enabled" }, "Enabled"), input("enabled", { type: "checkbox", checked: settings.enabled }),
+      el("label", { for: "max_parallel" }, "Max parallel tasks"),
+      input("max_parallel", { type: "number", min: 1, max: 100, value: settings.max_parallel }),
+      el("label", { for: "daily_spawn_cap" }, "Daily spawn cap"),
+      input("daily_spawn_cap", { type: "number", min: 0, max: 10000, value: settings.daily_spawn_cap }),
+      el("label", { for: "quiet_start" }, "Quiet hours from"),
+      input("quiet_start", { type: "time", value: settings.quiet_hours ? settings.quiet_hours.start : "" }),
+      el("label", { for: "quiet_end" }, "Quiet hours until"),
+      input("quiet_end", { type: "time", value: settings.quiet_hours ? settings.quiet_hours.end : "" }),
+      el("label", { for: "timezone" }, "Time zone"), input("timezone", { type: "text", value: settings.timezone }),
+      el("span"), el("button", { type: "submit", class: "primary" }, "Save"));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const value = (name) => form.elements[name].value;
+      const start = value("quiet_start");
+      const end = value("quiet_end");
+      try {
+        await api("PUT", "/v1/loop", {
+          enabled: form.elements.enabled.checked,
+          max_parallel: Number(value("max_parallel")),
+          daily_spawn_cap: Number(value("daily_spawn_cap")),
+          quiet_hours: start && end ? { start, end } : null,
+          timezone: value("timezone"),
+        });
+        await loopPage();
+        notify("Loop settings saved.", true);
+      } catch (error) {
+        notify(`Not saved: ${error.message}`);
+      }
+    });
+    const pause = el("button", { type: "button", id: "pause" }, settings.paused ? "Resume" : "Pause");
+    pause.addEventListener("click", async () => {
+      try {
+        await api("PUT", "/v1/loop", { paused: !settings.paused });
+        await loopPage();
+        notify(settings.paused ? "Resumed." : "Paused: nothing new starts until you resume.", true);
+      } catch (error) {
+        notify(error.message);
+      }
+    });
+    show(el("h1", {}, "Loop ", status(settings.paused ? "paused" : settings.enabled ? "running" : "disabled")),
+      el("div", { class: "actions" }, pause), form);
+  }
+
+  // ---- routing
+  async function route(event) {
+    page.stop();
+    page = { stop() {} };
+    if (event) notify(""); // a navigation clears the last notice; the first page keeps sign-in's
+    const who = document.getElementById("who");
+    const out = document.getElementById("sign-out");
+    if (!token) {
+      who.textContent = "";
+      out.hidden = true;
+      signInPage();
+      return;
+    }
+    who.textContent = sessionStorage.getItem(USER_KEY) || "";
+    out.hidden = false;
+    const hash = location.hash || "#/plans";
+    let match;
+    try {
+      if ((match = /^#\/plans\/([^/]+)$/.exec(hash))) await planPage(decodeURIComponent(match[1]));
+      else if ((match = /^#\/tasks\/([^/]+)$/.exec(hash))) await taskPage(decodeURIComponent(match[1]));
+      else if (hash === "#/loop") await loopPage();
+      else await plansPage();
+    } catch (error) {
+      if (!token) {
+        signInPage();
+      } else {
+        show(el("h1", {}, error.status === 404 ? "Not found" : "Something went wrong"), el("p", {}, error.message));
+      }
+      if (error.status !== 404) notify(error.message);
+    }
+    main().focus({ preventScroll: true });
+  }
+
+  async function start() {
+    document.getElementById("sign-out").addEventListener("click", () => {
+      signOut();
+      route(null);
+    });
+    try {
+      const response = await fetch("config.json", { cache: "no-store" });
+      if (response.ok) config = await response.json();
+    } catch (_) {
+      /* defaults: no sign-in */
+    }
+    try {
+      await completeSignIn();
+    } catch (error) {
+      notify(error.message);
+    }
+    window.addEventListener("hashchange", route);
+    await route(null);
+  }
+
+  start();
+})();

@@ -1,0 +1,290 @@
+"""The web console in a real browser (Debian's Chromium driven by Playwright) against one
+local stack: sign in with a login link, approve exactly the content shown, watch a task go
+to review and merged, and the attacks a page must survive. Screenshots of each page are kept
+under build/console/ (look at them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from steward.local.sample_repo import SAMPLE_REPO
+
+from tests.support.documents import document
+
+STEWARD = [sys.executable, "-m", "steward.cli"]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "console"
+# What the machine's closed network needs (no background connections) and a root user needs.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Item titles a document may hold: each must show as the text it is, and run nothing.
+HOSTILE_TITLES = [
+    "<img src=x onerror=alert(1)>",
+    "<script>alert(2)</script>",
+    "[click](javascript:alert(3))",
+    '"><svg onload=alert(4)>',
+    "javascript:alert(5)",
+    "{{constructor.constructor('alert(6)')()}}",
+]
+DEMO_ITEM = "Add a `subtract(a, b)` function to `calculator.py`.\nKeep the style of `add`."
+
+
+class Stack:
+    """`steward local up` in its own process, as a person starts it."""
+
+    def __init__(self, state_file: Path) -> None:
+        self.state_file = state_file
+        self.state: dict[str, Any] = json.loads(state_file.read_text())
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*STEWARD, "--state-file", str(self.state_file), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_clean_env(),
+            check=False,
+        )
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    state_file = tmp_path_factory.mktemp("console") / "local.json"
+    process = subprocess.Popen(
+        [*STEWARD, "--state-file", str(state_file), "local", "up", "--tick-seconds", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_clean_env(),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not state_file.exists():
+            assert process.poll() is None, "the local stack exited"
+            assert time.monotonic() < deadline, "the local stack did not come up"
+            time.sleep(0.1)
+        yield Stack(state_file)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"chromium is not installed at {CHROMIUM}: `make test` installs it (make browser-tools)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield launched
+        launched.close()
+
+
+def api(stack: Stack, user: str = "alice") -> httpx.Client:
+    return httpx.Client(
+        base_url=stack.state["api_url"],
+        headers={"Authorization": f"Bearer {stack.state['users'][user]}"},
+        timeout=30,
+    )
+
+
+def publish(stack: Stack, slug: str, *items: str, user: str = "alice") -> dict[str, Any]:
+    markdown = document(*items, repo=SAMPLE_REPO, checks=("python -m pytest -q",)).replace(
+        "checks:", "model: scripted-coder\nbudget_usd: 0.50\nchecks:"
+    )
+    with api(stack, user) as client:
+        answer = client.put(f"/v1/plans/{slug}", json={"markdown": markdown})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def login_link(stack: Stack, user: str) -> str:
+    """`steward local login USER`, as a person runs it."""
+    made = stack.cli("local", "login", user)
+    assert made.returncode == 0, made.stderr
+    return made.stdout.splitlines()[0]
+
+
+def signed_in(browser: Browser, stack: Stack, user: str) -> Page:
+    page = browser.new_page()
+    page.on("dialog", lambda dialog: pytest.fail(f"a dialog opened: {dialog.message}"))
+    page.goto(login_link(stack, user))
+    expect(page.locator("#who")).to_have_text(user)
+    return page
+
+
+def shot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def test_a_login_link_signs_in_once_and_no_token_reaches_a_url(browser: Browser, stack: Stack) -> None:
+    link = login_link(stack, "erin")  # any dev user, not only those of local.json
+    assert link.startswith(stack.state["console_url"] + "#login=")
+    page = browser.new_page()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(link)
+    expect(page.locator("#who")).to_have_text("erin")
+    expect(page.locator("h1")).to_have_text("Plans")
+    assert "login=" not in page.url  # the code left the address bar
+    token = page.evaluate("sessionStorage.getItem('steward.token')")
+    assert token and all(token not in url for url in requested)
+    assert all("login=" not in url for url in requested)  # a fragment never reaches a server
+    shot(page, "plans-empty")
+    page.close()
+
+    again = browser.new_page()
+    again.goto(link)  # the code was spent
+    expect(again.locator("#notice")).to_contain_text("used or expired")
+    expect(again.locator("h1")).to_have_text("Sign in")
+    again.close()
+
+
+def test_the_console_is_served_with_a_strict_policy(stack: Stack) -> None:
+    index = httpx.get(stack.state["console_url"], timeout=10)
+    assert index.status_code == 200
+    policy = index.headers["content-security-policy"]
+    assert "script-src 'self';" in policy
+    assert "default-src 'none'" in policy
+    assert "unsafe-inline" not in policy
+    assert "frame-ancestors 'none'" in policy
+    assert '<script src="app.js" defer></script>' in index.text
+    assert "<script>" not in index.text  # no inline script at all
+    config = httpx.get(stack.state["console_url"] + "config.json", timeout=10).json()
+    assert config == {"sign_in": "local", "live_output": "stream"}
+    assert httpx.get(stack.state["console_url"] + "../v1/plans", timeout=10).status_code in (400, 401)
+
+
+def test_confirm_from_the_review_page_then_watch_the_task_reach_review_and_merged(
+    browser: Browser, stack: Stack
+) -> None:
+    with api(stack) as client:
+        assert client.put("/v1/loop", json={"interval_seconds": 1}).status_code == 200
+    plan = publish(stack, "console-demo", DEMO_ITEM)
+    page = signed_in(browser, stack, "alice")
+    page.goto(f"{stack.state['console_url']}#/plans/console-demo")
+    expect(page.locator("h1")).to_contain_text("Demo")
+    expect(page.locator("dl.facts")).to_contain_text(SAMPLE_REPO)
+    expect(page.locator("dl.facts")).to_contain_text("python -m pytest -q")
+    expect(page.locator("dl.facts")).to_contain_text("scripted-coder")
+    expect(page.locator("#confirm")).to_contain_text(plan["content_hash"][:12])
+    shot(page, "plan-review")
+    page.locator("#confirm").click()
+    expect(page.locator("#notice")).to_contain_text("Confirmed")
+    task_link = page.locator("table.items a")
+    deadline = time.monotonic() + 60
+    while task_link.count() == 0:
+        assert time.monotonic() < deadline, "the loop never spawned the item's task"
+        page.wait_for_timeout(500)
+        page.reload()
+    task_link.first.click()
+    task_id = page.url.rsplit("/", 1)[1]
+    shown = page.locator("#summary h1 .status")
+    deadline = time.monotonic() + 120
+    while shown.text_content() != "review":
+        with api(stack) as client:
+            task = client.get(f"/v1/tasks/{task_id}").json()
+        assert task["status"] in ("queued", "running", "review"), task
+        assert time.monotonic() < deadline, f"the page never showed review ({task['status']})"
+        page.wait_for_timeout(500)
+    pr_url = page.locator("#pr-link").get_attribute("href")
+    with api(stack) as client:
+        task = client.get(f"/v1/tasks/{task_id}").json()
+    assert pr_url == task["pr_url"]
+    expect(page.locator("#timeline")).to_contain_text("finished")
+    expect(page.locator("#checks")).to_have_text("python -m pytest -q — passed")
+    expect(page.locator("#output")).to_contain_text("passed")
+    expect(page.locator("#artifacts")).to_contain_text("diff.patch")
+    shot(page, "task-review")
+    merged = stack.cli("local", "github", "merge", f"{SAMPLE_REPO}#{pr_url.rstrip('/').rsplit('/', 1)[1]}")
+    assert merged.returncode == 0, merged.stderr
+    expect(page.locator("#summary h1 .status")).to_have_text("merged", timeout=30_000)
+    shot(page, "task-merged")
+    page.close()
+
+
+def test_confirm_on_a_stale_page_is_refused_and_approves_nothing(browser: Browser, stack: Stack) -> None:
+    publish(stack, "console-stale", "[ ] First version of the item")
+    page = signed_in(browser, stack, "alice")
+    page.goto(f"{stack.state['console_url']}#/plans/console-stale")
+    expect(page.locator("#confirm")).to_be_visible()
+    edited = publish(stack, "console-stale", "[ ] An edited item the page never showed")  # another session
+    page.locator("#confirm").click()
+    expect(page.locator("#notice")).to_contain_text("Not confirmed")
+    shot(page, "plan-stale-refused")
+    with api(stack) as client:
+        now = client.get("/v1/plans/console-stale").json()
+    assert now["status"] in ("draft", "awaiting_confirmation")
+    assert now["approved_hash"] is None
+    assert now["content_hash"] == edited["content_hash"]
+    page.close()
+
+
+def test_hostile_titles_render_as_text_and_run_nothing(browser: Browser, stack: Stack) -> None:
+    publish(stack, "console-hostile", *HOSTILE_TITLES)
+    page = signed_in(browser, stack, "alice")  # a dialog fails the test (signed_in)
+    page.goto(f"{stack.state['console_url']}#/plans/console-hostile")
+    titles = page.locator("table.items .item-title")
+    expect(titles).to_have_count(len(HOSTILE_TITLES))
+    assert titles.all_text_contents() == HOSTILE_TITLES
+    assert page.locator("table.items img, table.items script, table.items svg").count() == 0
+    hrefs = page.eval_on_selector_all("a", "nodes => nodes.map(n => n.getAttribute('href'))")
+    assert not [h for h in hrefs if h and h.lower().startswith("javascript:")]
+    page.wait_for_timeout(300)  # any onerror/onload would have fired
+    shot(page, "plan-hostile")
+    page.close()
+
+
+def test_another_users_plan_and_task_are_not_found(browser: Browser, stack: Stack) -> None:
+    publish(stack, "console-private", "[ ] Alice's own item")
+    page = signed_in(browser, stack, "bob")
+    page.goto(f"{stack.state['console_url']}#/plans/console-private")
+    expect(page.locator("h1")).to_have_text("Not found")
+    with api(stack) as client:
+        tasks = client.get("/v1/tasks").json()["tasks"]
+    if tasks:
+        page.goto(f"{stack.state['console_url']}#/tasks/{tasks[0]['id']}")
+        expect(page.locator("h1")).to_have_text("Not found")
+    shot(page, "not-found")
+    page.close()
+
+
+def test_loop_settings_pause_and_resume_at_phone_width(browser: Browser, stack: Stack) -> None:
+    page = signed_in(browser, stack, "carol")
+    page.set_viewport_size({"width": 375, "height": 800})
+    page.goto(f"{stack.state['console_url']}#/loop")
+    page.locator("#pause").click()
+    expect(page.locator("#notice")).to_contain_text("Paused")
+    with api(stack, "alice") as client:
+        assert client.get("/v1/loop").json()["paused"] is False  # carol's loop, not alice's
+    page.locator("#max_parallel").fill("2")
+    page.keyboard.press("Enter")
+    expect(page.locator("#notice")).to_contain_text("saved")
+    page.locator("#pause").focus()
+    page.keyboard.press("Enter")  # the keyboard alone resumes it
+    expect(page.locator("#notice")).to_contain_text("Resumed")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 375, f"the page scrolls sideways at 375 px ({width})"
+    shot(page, "loop-375px")
+    page.close()
