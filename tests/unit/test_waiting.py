@@ -131,3 +131,14 @@ def test_only_a_queued_task_not_yet_launched_waits_on_the_loop() -> None:
         task_of(plan, 1, status=TaskStatus.REVIEW),
     ):
         assert for_task(task, state(paused=True), [task], NOW) is None
+
+
+def test_an_item_whose_task_just_spawned_does_not_wait_on_the_slot_it_holds() -> None:
+    """The API reads the plan, then the live tasks: a spawn between the two reads shows the
+    item pending while its own new task is live. It is not waiting (least of all on itself)."""
+    plan = make_plan("A", "B")
+    own = task_of(plan, 1, status=TaskStatus.QUEUED, launched=False)
+    assert for_item(plan, item(plan, 1), state(max_parallel=1), [own], NOW) is None
+    waits = for_item(plan, item(plan, 2), state(max_parallel=1), [own], NOW)
+    assert waits is not None
+    assert waits.reason == "max_parallel"

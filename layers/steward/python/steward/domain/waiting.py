@@ -83,6 +83,8 @@ def for_item(
         return Waiting("awaiting_confirmation", None, detail)
     if plan.status not in (PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS):
         return None  # a draft, or an archived or completed plan: no work is due
+    if any(t.plan_id == plan.id and t.item_key == item.key and t.revision == item.revision for t in live):
+        return None  # just spawned: the plan was read before the spawn linked its task
     return _loop_gates(state, now, installation_suspended) or _spawn_gates(state, live, now)
 
 
