@@ -42,7 +42,7 @@ from steward.adapters.dynamo import (
 from steward.adapters.user_store import wake_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, NotFound, TooLarge
-from steward.domain.models import ItemStatus, Plan, PlanItem, PlanStatus, Task, iso
+from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, PlanStatus, Task, iso
 from steward.tables import PLANS
 
 # What writes after a publish may add to the stored plan: per item a task link (task_id,
@@ -154,6 +154,8 @@ def item_reopen_update(tables: Tables, task: Task, *, now: datetime) -> dict[str
 def plan_to_item(plan: Plan) -> dict[str, Any]:
     data = plan.model_dump(mode="json", exclude={"items", "id"})
     data["plan_id"] = plan.id
+    if plan.kind is PlanKind.WORK:
+        del data["kind"]  # absent is work: plans stored before kinds existed keep their meaning
     # Absent rather than NULL, so conditions can say attribute_not_exists(items.k.task_id).
     data["items"] = {i.key: i.model_dump(mode="json", exclude={"key"}, exclude_none=True) for i in plan.items}
     data["created_at"] = iso(plan.created_at)

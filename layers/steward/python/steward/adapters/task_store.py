@@ -50,6 +50,7 @@ from steward.domain.errors import Conflict, LifecycleError, NotFound
 from steward.domain.ids import live_shard
 from steward.domain.models import (
     TERMINAL_TASK_STATUSES,
+    PlanKind,
     Task,
     TaskStatus,
     iso,
@@ -68,6 +69,8 @@ OVER_REPORT_EVENT = "over_report"
 def task_to_item(task: Task) -> dict[str, Any]:
     data = task.model_dump(mode="json", exclude={"id"}, exclude_none=True)
     data["task_id"] = task.id
+    if task.kind is PlanKind.WORK:
+        del data["kind"]  # absent is work, as for plans (`steward.adapters.plan_store:plan_to_item`)
     data["created_key"] = f"{iso(task.created_at)}#{task.id}"
     # Money stays decimal end to end (DynamoDB numbers), never float.
     data["budget_usd"] = task.budget_usd

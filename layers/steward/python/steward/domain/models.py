@@ -53,6 +53,18 @@ class TaskStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class PlanKind(StrEnum):
+    """What a plan (and each task spawned from it) is for. `work` is everything a person
+    publishes; `fixture` is a plan made by `steward local capability` to exercise the relay
+    from outside (`steward.local.fixtures`). Only that code path sets it: no Task Document
+    key, slug or request field can, and a stored plan or task without the attribute is work.
+    The loop never spawns, launches, retries or counts a fixture's task, the plan list hides
+    fixture plans, and the reaper ends a fixture task at its deadline (its lifetime)."""
+
+    WORK = "work"
+    FIXTURE = "fixture"
+
+
 class Classification(StrEnum):
     RETRYABLE = "retryable"
     FINAL = "final"
@@ -119,6 +131,7 @@ class Plan(BaseModel):
     # The highest revision of an item that left the stored plan (history dropped): a new item
     # starts above it, so an item whose text comes back never reuses a task id.
     retired_revision: int = 0
+    kind: PlanKind = PlanKind.WORK
 
     def item(self, key: str) -> PlanItem | None:
         return next((i for i in self.items if i.key == key), None)
@@ -136,6 +149,7 @@ class Plan(BaseModel):
             "title": self.title,
             "content_hash": self.content_hash,
             "approved_hash": self.approved_hash,
+            "kind": self.kind.value,
             "front_matter": self.front_matter,
             "items": [
                 {
@@ -202,6 +216,7 @@ class Task(BaseModel):
     # that answer, sent back as If-None-Match so an unchanged pull request costs nothing.
     github_observed_at: datetime | None = None
     github_etag: str | None = None
+    kind: PlanKind = PlanKind.WORK  # its plan's, copied at spawn (`steward.domain.tasks:task_for`)
 
     @property
     def terminal(self) -> bool:
@@ -215,6 +230,7 @@ class Task(BaseModel):
             "item_key": self.item_key,
             "revision": self.revision,
             "attempt": self.attempt,
+            "kind": self.kind.value,
             "title": self.title,
             "status": self.status.value,
             "classification": self.classification.value if self.classification else None,

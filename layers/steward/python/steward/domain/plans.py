@@ -27,8 +27,9 @@ from difflib import SequenceMatcher
 
 from steward.domain import lifecycle
 from steward.domain.documents import ParsedItem, TaskDocument
+from steward.domain.errors import LifecycleError
 from steward.domain.ids import item_key
-from steward.domain.models import ItemStatus, Plan, PlanItem
+from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind
 
 MAX_REMOVED_ITEMS = 50  # removed items kept as history, the most recently removed
 REMOVED_TITLE_CHARS = 200  # a removed item's title is cut to this many characters
@@ -206,8 +207,21 @@ def publish(
     slug: str,
     document: TaskDocument,
     now: datetime,
+    kind: PlanKind = PlanKind.WORK,
 ) -> PublishResult:
-    """The plan after publishing `document`; `changed` is False for an identical republish."""
+    """The plan after publishing `document`; `changed` is False for an identical republish.
+
+    A plan keeps the kind it was created with (`PlanKind`): publishing over a plan of the
+    other kind is a 409, so a person's document never lands in a local fixture (whose tasks
+    the loop ignores) and a fixture never takes over a person's plan."""
+    if existing is not None and existing.kind is not kind:
+        raise LifecycleError(
+            f"plan {slug!r} is a local fixture (made by `steward local capability`), not a plan "
+            "to publish: publish under another slug"
+            if existing.kind is PlanKind.FIXTURE
+            else f"plan {slug!r} already exists as a {existing.kind.value} plan",
+            field="slug",
+        )
     content_hash = document.content_hash
     if existing is not None and existing.content_hash == content_hash:
         lifecycle.after_publish(existing.status, content_changed=False)  # archived still refuses
@@ -236,6 +250,7 @@ def publish(
             created_at=now,
             updated_at=now,
             retired_revision=merged.retired_revision,
+            kind=kind,
         )
     else:
         plan = existing.model_copy(

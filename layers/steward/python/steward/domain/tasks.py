@@ -64,4 +64,5 @@ def task_for(
         updated_at=now,
         deadline=now + launch_grace,
         max_attempts=int(front.get("max_attempts", 3)),
+        kind=plan.kind,
     )

@@ -35,7 +35,7 @@ from steward.domain import plans as plan_rules
 from steward.domain.documents import DocumentPolicy, TaskDocument, check_priced, parse_document
 from steward.domain.errors import Conflict, InvalidDocument, LifecycleError
 from steward.domain.ids import plan_id, validate_slug
-from steward.domain.models import Plan, TaskStatus, utcnow
+from steward.domain.models import Plan, PlanKind, TaskStatus, utcnow
 from steward.domain.prices import PriceTable
 from steward.domain.reconcile import SUPERSEDED, superseded
 
@@ -62,10 +62,12 @@ class PlanService:
         self.installations = installations
         self.prices = prices  # read at each publish (the loader caches it)
 
-    def publish(self, user: str, slug: str, markdown: str) -> Plan:
+    def publish(self, user: str, slug: str, markdown: str, *, kind: PlanKind = PlanKind.WORK) -> Plan:
         """Upsert a Task Document. Reads the plan, merges, and writes on the condition that
         nothing changed in between; a concurrent write (a confirm, a spawn linking a task)
-        makes it merge again from fresh state, so no task link is ever lost."""
+        makes it merge again from fresh state, so no task link is ever lost. `kind` is code's
+        choice, never the document's: the API publishes work, and only the local fixture
+        (`steward.local.fixtures`) passes `PlanKind.FIXTURE`."""
         validate_slug(slug)
         document = parse_document(markdown, self.policy)
         self._check_runnable(user, document)
@@ -78,6 +80,7 @@ class PlanService:
                 slug=slug,
                 document=document,
                 now=self.clock(),
+                kind=kind,
             )
             if not result.changed:
                 return result.plan
@@ -114,7 +117,12 @@ class PlanService:
         return self.store.require(user, validate_slug(slug))
 
     def list(self, user: str, *, limit: int, cursor: str | None) -> tuple[list[Plan], str | None]:
-        return self.store.page(user, limit=limit, cursor=cursor)
+        """A page of the user's plans without the local fixtures (`PlanKind.FIXTURE`): they
+        are no work of the person's, and stay reachable by slug (`get`) from the task that
+        `steward local capability` printed. A page may so hold fewer than `limit` plans, or
+        none, with `next` still set; clients follow `next` until it is null."""
+        plans, next_cursor = self.store.page(user, limit=limit, cursor=cursor)
+        return [plan for plan in plans if plan.kind is PlanKind.WORK], next_cursor
 
     def confirm(self, user: str, slug: str, content_hash: str | None = None) -> Plan:
         plan = self.store.confirm(user, validate_slug(slug), content_hash=content_hash, now=self.clock())
