@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from steward.domain.documents import parse_document
-from steward.domain.models import ItemStatus, Plan, PlanItem, PlanStatus, Task, TaskStatus
+from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, PlanStatus, Task, TaskStatus
 from steward.domain.plans import publish
 from steward.domain.reconcile import (
     Cancel,
@@ -360,3 +360,41 @@ def test_a_live_task_of_a_superseded_revision_is_cancelled_while_queued_or_runni
     ]
     # an approved new revision spawns whatever became of the old task, naming it to be fenced
     assert new_revision == ([(2, 1, None, old.id)] if edited else []), case
+
+
+def fixture(plan: Plan) -> Plan:
+    """`plan` as `steward local capability` makes it (`PlanKind.FIXTURE`)."""
+    return plan.model_copy(update={"kind": PlanKind.FIXTURE})
+
+
+def test_a_local_fixture_holds_no_slot_and_is_never_launched_retried_or_completed() -> None:
+    fixture_plan, fixture_task = running(fixture(make_plan("Relay", slug="capability-1")), 1)
+    assert fixture_task.kind is PlanKind.FIXTURE  # spawned from a fixture plan: a fixture task
+    work = make_plan("Real work", slug="work", age=-1)
+    decision = reconcile([fixture_plan, work], [fixture_task], NOW, Policy(max_parallel=1, spawns_left=1))
+    assert [(s.plan_slug, s.item_key) for s in spawns(decision.actions)] == [("work", item(work, 1).key)]
+    assert decision.waiting == ()
+    queued = fixture_task.model_copy(update={"status": TaskStatus.QUEUED, "launched_at": None})
+    assert reconcile([fixture_plan], [queued], NOW, OPEN).actions == ()  # no Launch
+    failed = with_item(fixture_plan, 1, status=ItemStatus.FAILED, last_classification="retryable")
+    retried = with_item(fixture_plan, 1, status=ItemStatus.PENDING, retry_requested=True)
+    for shown in (failed, retried, with_item(fixture_plan, 1, status=ItemStatus.MERGED)):
+        alone = reconcile([shown], [], NOW, OPEN)
+        assert alone.actions == ()  # no retry, no repair, no completion
+        assert not alone.live_work  # a fixture never keeps its owner in the liveness index
+    assert not reconcile([fixture_plan], [fixture_task], NOW, OPEN).live_work
+    # A pull request opened with its token is observed like any other: its owner stays live
+    # (the heartbeat's resync looks at GitHub), though nothing else is done for it.
+    in_review = fixture_task.model_copy(update={"status": TaskStatus.REVIEW})
+    observed = reconcile([with_item(fixture_plan, 1, status=ItemStatus.REVIEW)], [in_review], NOW, OPEN)
+    assert (observed.actions, observed.live_work) == ((), True)
+
+
+def test_archiving_a_local_fixture_cancels_its_live_task() -> None:
+    fixture_plan, fixture_task = running(fixture(make_plan("Relay", slug="capability-1")), 1)
+    archived = fixture_plan.model_copy(update={"status": PlanStatus.ARCHIVED})
+    in_review = fixture_task.model_copy(update={"status": TaskStatus.REVIEW})
+    cancelling = reconcile([archived], [fixture_task], NOW, OPEN)
+    assert cancelling.actions == (Cancel(fixture_task.id, "plan archived"),)
+    assert cancelling.live_work  # until the cancel lands
+    assert reconcile([archived], [in_review], NOW, OPEN).actions == ()  # its pull request stays

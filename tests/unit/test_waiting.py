@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from steward.domain.installations import Installation
 from steward.domain.loop import LoopSettings, LoopState, QuietHours
-from steward.domain.models import ItemStatus, PlanStatus, TaskStatus
+from steward.domain.models import ItemStatus, PlanKind, PlanStatus, TaskStatus
 from steward.domain.waiting import WaitingView, for_item, for_task
 
 from tests.unit.test_reconcile import NOW, item, make_plan, running, task_of, with_item
@@ -131,6 +131,22 @@ def test_only_a_queued_task_not_yet_launched_waits_on_the_loop() -> None:
         task_of(plan, 1, status=TaskStatus.REVIEW),
     ):
         assert for_task(task, state(paused=True), [task], NOW) is None
+
+
+def test_a_local_fixtures_task_holds_no_slot_in_the_reason_shown() -> None:
+    plan, work = running(make_plan("A", "B"), 1)
+    relay, fixture = running(
+        make_plan("Relay", slug="capability-1").model_copy(update={"kind": PlanKind.FIXTURE}), 1
+    )
+    assert fixture.kind is PlanKind.FIXTURE
+    waits = for_item(plan, item(plan, 2), state(max_parallel=1), [fixture], NOW)
+    assert waits is not None
+    assert waits.reason == "next_tick"
+    held = for_item(plan, item(plan, 2), state(max_parallel=1), [fixture, work], NOW)
+    assert held is not None
+    assert held.reason == "max_parallel"
+    assert fixture.id not in held.detail
+    assert for_item(relay, item(relay, 1), state(), [fixture], NOW) is None  # its own item runs
 
 
 def test_an_item_whose_task_just_spawned_does_not_wait_on_the_slot_it_holds() -> None:

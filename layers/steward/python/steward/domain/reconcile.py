@@ -15,6 +15,14 @@ request (the person may close it), and the new revision spawns whatever became o
 task; its spawn names the task it supersedes (`Spawn.supersedes`), which the loop fences
 (cancelled if still live, runtime stopped) before the new task exists. A deleted checkbox
 is not an edit: its task runs on.
+
+Local fixtures (`PlanKind.FIXTURE`, made by `steward local capability`) are no work of the
+loop's: their plans and tasks are left out before anything is decided, so a fixture's task
+never holds a `max_parallel` slot and is never launched, retried or repaired; the reaper
+ends it at its deadline. What the loop still does for a fixture: cancel its live task when
+its plan is archived (what archiving any plan asks), and keep its owner in the liveness
+index while the task is in review (someone opened a pull request with its GitHub token):
+that pull request is GitHub's like any other, and the heartbeat's resync observes it.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from steward.domain.models import (
     ItemStatus,
     Plan,
     PlanItem,
+    PlanKind,
     PlanStatus,
     Task,
     TaskStatus,
@@ -146,10 +155,20 @@ def _max_attempts(plan: Plan) -> int:
 
 def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, policy: Policy) -> Decision:
     del now  # part of the contract; today's rules need no clock beyond the policy's cap
+    archived_fixtures = {
+        p.id for p in plans if p.kind is PlanKind.FIXTURE and p.status is PlanStatus.ARCHIVED
+    }
+    actions: list[Action] = [
+        Cancel(t.id, "plan archived")
+        for t in live_tasks
+        if t.kind is PlanKind.FIXTURE and t.plan_id in archived_fixtures and t.status in _RUNS
+    ]
+    fixture_in_review = any(t.kind is PlanKind.FIXTURE and t.status is TaskStatus.REVIEW for t in live_tasks)
+    plans = [p for p in plans if p.kind is PlanKind.WORK]
+    live_tasks = [t for t in live_tasks if t.kind is PlanKind.WORK]
     live_by_id = {t.id: t for t in live_tasks}
-    actions: list[Action] = []
     candidates: list[Spawn] = []
-    live_work = bool(live_tasks)
+    live_work = bool(live_tasks) or fixture_in_review or bool(actions)  # actions: the fixtures' cancels
 
     for plan in sorted(plans, key=lambda p: (p.created_at, p.slug)):
         plan_tasks = [t for t in live_tasks if t.plan_id == plan.id]

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from steward.domain import gates
 from steward.domain.installations import Installation
 from steward.domain.loop import LoopState
-from steward.domain.models import ItemStatus, Plan, PlanItem, PlanStatus, Task, TaskStatus
+from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, PlanStatus, Task, TaskStatus
 
 Reason = Literal[
     "next_tick",
@@ -127,7 +127,8 @@ def _spawn_gates(state: LoopState, live: Sequence[Task], now: datetime) -> Waiti
             gates.next_local_midnight(settings, now),
             f"today's {settings.daily_spawn_cap} spawns are used ({settings.timezone} day {day})",
         )
-    holding = sorted(t.id for t in live if t.status in _SLOTS)
+    # A local fixture's task holds no slot (`steward.domain.reconcile`), so it is never named here.
+    holding = sorted(t.id for t in live if t.status in _SLOTS and t.kind is PlanKind.WORK)
     if len(holding) >= settings.max_parallel:
         return Waiting(
             "max_parallel",

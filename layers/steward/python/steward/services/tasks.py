@@ -10,9 +10,9 @@ from typing import Any
 from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
 from steward.adapters.event_store import EventStore
 from steward.adapters.task_store import TaskStore
-from steward.domain.errors import NotFound
+from steward.domain.errors import LifecycleError, NotFound
 from steward.domain.ids import plan_id, validate_slug
-from steward.domain.models import Task, utcnow
+from steward.domain.models import PlanKind, Task, utcnow
 
 
 class TaskService:
@@ -77,6 +77,14 @@ class TaskService:
         return self.tasks.cancel(user, task_id, now=self.clock(), reason="cancelled by user")
 
     def retry(self, user: str, task_id: str) -> Task:
+        """Ask for another attempt of the task's item (409 for a local fixture's task: the
+        loop never spawns for a fixture, so the attempt would never come)."""
         task = self.tasks.require_owned(user, task_id)
+        if task.kind is PlanKind.FIXTURE:
+            raise LifecycleError(
+                "a local fixture's task (made by `steward local capability`) is not retried: "
+                "make another one",
+                field="task_id",
+            )
         self.tasks.request_retry(task, now=self.clock())
         return task
