@@ -146,7 +146,7 @@ TASK_SOURCES: dict[TaskStatus, frozenset[TaskStatus]] = {
     # running without heartbeats)
     T.FAILED: frozenset({T.QUEUED, T.RUNNING}),
     # a person's cancel, the plan's archive (the loop), a superseded revision (the confirm
-    # or the loop)
+    # or the loop), the reaper ending a local fixture's task at the end of its lifetime
     T.CANCELLED: frozenset({T.QUEUED, T.RUNNING}),
 }
 TASK_TRANSITIONS: frozenset[tuple[TaskStatus, TaskStatus]] = frozenset(

@@ -5,6 +5,11 @@ stopped renewing `last_seen`, becomes `failed`, `retryable`, for every user, pau
 Each task's `deadline` carries its grace, so one indexed query per shard finds exactly the
 overdue ones; the transition re-checks the deadline, so a runtime that renewed in between
 keeps its task. Running it twice changes nothing the second time.
+
+A local fixture's task (`PlanKind.FIXTURE`, `steward local capability`) has no runtime: its
+deadline is the end of its lifetime (its capability's expiry), and past it the reaper
+cancels it (`cancelled`, `final`, `FIXTURE_REASON`): it is no failure of anything, and
+nothing would retry it (the loop leaves fixtures alone). No runtime is stopped for it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from steward.adapters.task_store import TaskStore
 from steward.domain.errors import Conflict, LifecycleError
 from steward.domain.ids import LIVE_SHARDS
 from steward.domain.launch import Launcher
-from steward.domain.models import TaskStatus
+from steward.domain.models import PlanKind, Task, TaskStatus
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +33,24 @@ REASONS = {
     TaskStatus.QUEUED: "the runtime never started within the launch grace",
     TaskStatus.RUNNING: "the runtime stopped reporting (last_seen past the grace period)",
 }
+FIXTURE_REASON = "the local fixture's lifetime ended"
+
+
+@dataclass(frozen=True)
+class _Ending:
+    target: TaskStatus
+    event: str
+    classification: str
+    reason: str
+
+
+def _ending(task: Task) -> _Ending | None:
+    """How the reaper ends an overdue `task`, or None: review tasks wait for people."""
+    if task.status not in REASONS:
+        return None
+    if task.kind is PlanKind.FIXTURE:
+        return _Ending(TaskStatus.CANCELLED, "cancelled", "final", FIXTURE_REASON)
+    return _Ending(TaskStatus.FAILED, "finished", "retryable", REASONS[task.status])
 
 
 @dataclass
@@ -62,21 +85,22 @@ class Reaper:
         return charged
 
     def sweep(self, now: datetime) -> list[str]:
-        """Fail every overdue task; returns the ids failed by this sweep."""
+        """Fail every overdue task (cancel an overdue fixture's); returns the ids it ended."""
         failed: list[str] = []
         for shard in _SHARDS:
             for candidate in self.tasks.overdue(shard, now):
-                if candidate.status not in REASONS:
+                ending = _ending(candidate)
+                if ending is None:
                     continue  # review tasks wait for people, not for a runtime
                 try:
                     task, changed = self.tasks.transition(
                         candidate,
-                        TaskStatus.FAILED,
+                        ending.target,
                         now=now,
-                        event="finished",
+                        event=ending.event,
                         data={"reaped": True},
-                        classification="retryable",
-                        reason=REASONS[candidate.status],
+                        classification=ending.classification,
+                        reason=ending.reason,
                         overdue_at=now,
                     )
                 except (LifecycleError, Conflict) as exc:
@@ -86,7 +110,7 @@ class Reaper:
                     continue
                 failed.append(task.id)
                 self.tasks.project_item(task, now=now)
-                if self.launcher is not None:
+                if self.launcher is not None and task.kind is PlanKind.WORK:  # a fixture has no runtime
                     try:
                         self.launcher.stop(task, task.launch_ref)
                     except Exception:  # the runtime is presumed gone; stopping is best effort
