@@ -67,6 +67,71 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subproc
         process.kill()
 
 
+def test_a_local_capability_fixture_stays_out_of_its_owners_way(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """`local capability` for alice says how long its fixture lives; `plan list` does not
+    show it (`plan show` does); its task holds none of alice's `max_parallel` slots, so her
+    real plan at max_parallel 1 spawns past it; and a retry of it is refused, where one of
+    real work says which attempt is queued. First in the module: no real work of alice's
+    runs yet on the shared stack to hold that one slot."""
+    _, state_file = local_up
+    state = json.loads(state_file.read_text())
+    api = httpx.Client(
+        base_url=state["api_url"], headers={"Authorization": f"Bearer {state['users']['alice']}"}, timeout=30
+    )
+    restored = {
+        k: v for k, v in api.get("/v1/loop").json().items() if k in ("interval_seconds", "max_parallel")
+    }
+    assert api.put("/v1/loop", json={"interval_seconds": 1, "max_parallel": 1}).status_code == 200
+    try:
+        # `local capability` names its owner with --owner; --user (the identity the CLI acts
+        # as, here after the subcommand) still means the same dev user.
+        made = steward(
+            "local", "capability", "--budget-usd", "0.01", "--user", "alice", "--state-file", str(state_file)
+        )
+        assert made.returncode == 0, made.stderr
+        fixture = json.loads(made.stdout)
+        assert fixture["lifetime_seconds"] == 600
+        assert f"lives 10 min, until {fixture['expires_at']}" in made.stderr
+        assert fixture["plan_slug"] not in run(state_file, "plan", "list").stdout
+        shown = run(state_file, "plan", "show", fixture["plan_slug"])
+        assert f"plan {fixture['plan_slug']}  (in_progress, local fixture)" in shown.stdout, shown.stderr
+        refused = run(state_file, "--json", "task", "retry", fixture["task_id"])
+        assert refused.returncode == 1
+        assert json.loads(refused.stdout)["error"]["status"] == 409
+        assert "not retried" in json.loads(refused.stdout)["error"]["message"]
+
+        plan_file = tmp_path / "neighbour.md"
+        plan_file.write_text(document("A real change beside the fixture", repo=SAMPLE_REPO))
+        assert run(state_file, "plan", "publish", str(plan_file), "--slug", "neighbour").returncode == 0
+        assert run(state_file, "plan", "confirm", "neighbour").returncode == 0
+        reasons: list[tuple[str, str] | None] = []
+        deadline = time.monotonic() + 15
+        while (item := api.get("/v1/plans/neighbour").json()["items"][0])["task_id"] is None:
+            reasons.append(item["waiting"] and (item["waiting"]["reason"], item["waiting"]["detail"]))
+            assert time.monotonic() < deadline, f"the real item never spawned: {reasons}"
+            time.sleep(0.2)
+        assert all(seen is None or seen[0] == "next_tick" for seen in reasons), reasons
+        task_id = item["task_id"]
+        assert api.get(f"/v1/tasks/{task_id}").json()["kind"] == "work"
+
+        # Back to alice's own interval (60 s unless set): attempt 2 waits for a tick that
+        # the archive below comes before, so no second runtime starts on the shared stack.
+        assert api.put("/v1/loop", json=restored).status_code == 200
+        assert run(state_file, "task", "cancel", task_id).returncode == 0
+        retried = run(state_file, "task", "retry", task_id)
+        assert retried.returncode == 0, retried.stderr
+        assert "retry requested for item #1 of plan neighbour: attempt 2 is queued" in retried.stdout
+        assert "the loop picks it up at its next tick" in retried.stdout
+        again = run(state_file, "--json", "task", "retry", task_id)  # until spawned: the same ask
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["queued_attempt"] == 2
+    finally:
+        run(state_file, "plan", "archive", "neighbour")
+        assert api.put("/v1/loop", json=restored).status_code == 200
+
+
 def test_plan_commands_print_tables_and_json(
     local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
 ) -> None:
@@ -508,28 +573,6 @@ def test_global_options_work_anywhere_and_json_errors_are_json(
     plain = steward("plan", "show")
     assert (plain.returncode, plain.stdout) == (2, "")
     assert "required: slug" in plain.stderr
-
-
-def test_task_retry_says_which_attempt_is_queued(local_up: tuple[subprocess.Popen[str], Path]) -> None:
-    _, state_file = local_up
-    sf = str(state_file)
-    # `local capability` names its owner with --owner; --user (the identity the CLI acts as,
-    # here after the subcommand) still means the same dev user.
-    made = steward("local", "capability", "--budget-usd", "0.01", "--user", "alice", "--state-file", sf)
-    assert made.returncode == 0, made.stderr
-    task_id = json.loads(made.stdout)["task_id"]
-    task = json.loads(steward("--json", "task", "show", task_id, "--state-file", sf).stdout)
-    assert task["attempt"] == 1
-    assert steward("task", "cancel", task_id, "--state-file", sf).returncode == 0
-    retried = steward("task", "retry", task_id, "--state-file", sf)
-    assert retried.returncode == 0, retried.stderr
-    assert f"retry requested for item #1 of plan {task['plan_slug']}: attempt 2 is queued" in retried.stdout
-    assert "the loop picks it up at its next tick" in retried.stdout
-    again = steward("--json", "task", "retry", task_id, "--state-file", sf)  # until spawned: the same ask
-    assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout)["queued_attempt"] == 2
-    # No runtime for a fixture's second attempt on the shared stack.
-    assert steward("plan", "archive", task["plan_slug"], "--state-file", sf).returncode == 0
 
 
 def test_admin_link_installation_refuses_without_aws_and_for_unknown_installations(

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, NoReturn
@@ -31,12 +32,14 @@ from steward.adapters.api_client import (
     resolve_endpoint,
 )
 from steward.cli_render import render_loop, render_plan, render_plans, render_task, render_tasks, table
+from steward.domain.capability import MAX_LIFETIME_SECONDS
 from steward.domain.errors import StewardError
 from steward.domain.models import TERMINAL_PLAN_STATUSES, TERMINAL_TASK_STATUSES
 
 Handler = Callable[[argparse.Namespace], int]
 
 GLOBAL_DEFAULTS: dict[str, Any] = {"json": False, "user": None, "state_file": None}
+MAX_FIXTURE_MINUTES = MAX_LIFETIME_SECONDS // 60  # a fixture lives no longer than its capability
 
 
 class CliError(Exception):
@@ -447,10 +450,31 @@ def cmd_local_capability(args: argparse.Namespace) -> int:
     state_file = _running_stack(args)
     owner = args.owner or args.user or os.environ.get("STEWARD_USER") or "alice"
     result = running_task_with_capability(
-        state_file, user=owner, budget_usd=args.budget_usd, model=args.model
+        state_file,
+        user=owner,
+        budget_usd=args.budget_usd,
+        model=args.model,
+        lifetime=timedelta(minutes=args.lifetime_minutes),
     )
     print(json.dumps(result))
+    if not args.json:  # stdout stays the one JSON line; the person reads this on stderr
+        print(
+            f"fixture task {result['task_id']} of {owner} (plan {result['plan_slug']}, not in `plan list`) "
+            f"lives {args.lifetime_minutes} min, until {result['expires_at']}: then the reaper cancels it "
+            "and the capability expires. It holds none of the loop's slots and is never retried.",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _lifetime_minutes(text: str) -> int:
+    try:
+        minutes = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole minutes, got {text!r}") from None
+    if not 1 <= minutes <= MAX_FIXTURE_MINUTES:
+        raise argparse.ArgumentTypeError(f"a fixture lives 1 to {MAX_FIXTURE_MINUTES} minutes, got {minutes}")
+    return minutes
 
 
 def _twin_url(args: argparse.Namespace) -> str:
@@ -743,6 +767,13 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     )
     p.add_argument("--budget-usd", type=_decimal_arg, required=True, help="the task's budget")
     p.add_argument("--model", default="scripted", help="a model id of the price table (default scripted)")
+    p.add_argument(
+        "--lifetime-minutes",
+        type=_lifetime_minutes,
+        default=10,
+        help=f"how long the task and its capability live before the reaper ends it "
+        f"(default 10, at most {MAX_FIXTURE_MINUTES})",
+    )
     p.set_defaults(func=cmd_local_capability)
     github = local.add_parser("github", help="act on the GitHub twin as a reviewer").add_subparsers(
         dest="github_command", required=True

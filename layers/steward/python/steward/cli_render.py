@@ -20,8 +20,9 @@ def _short(text: str | None, width: int = 48) -> str:
 
 
 def render_plan(plan: dict[str, Any]) -> str:
+    fixture = ", local fixture" if plan.get("kind") == "fixture" else ""  # `steward local capability`
     head = (
-        f"plan {plan['slug']}  ({plan['status']})\n"
+        f"plan {plan['slug']}  ({plan['status']}{fixture})\n"
         f"  title:   {plan.get('title') or '-'}\n"
         f"  repo:    {plan['repo']}\n"
         f"  content: {plan['content_hash'][:12]}"
