@@ -271,6 +271,14 @@ def test_tasks_events_screen_and_artifacts(
     screen = alice("GET", f"/v1/tasks/{task.id}/artifacts/screen.txt")  # the screen tail is reachable
     assert screen.status_code == 302
     assert httpx.get(screen.headers["location"]).content == b"$ pytest\n1 passed\n"
+    # A page's fetch cannot read a cross-origin redirect: it asks for the URL in the body.
+    located = alice("GET", f"/v1/tasks/{task.id}/artifacts/screen.txt", params={"redirect": "false"})
+    assert (located.status_code, "location" in located.headers) == (200, False)
+    assert httpx.get(located.json()["url"]).content == b"$ pytest\n1 passed\n"
+    assert (
+        alice("GET", f"/v1/tasks/{task.id}/artifacts/screen.txt", params={"redirect": "maybe"}).status_code
+        == 400
+    )
     assert alice("GET", f"/v1/tasks/{task.id}/artifacts/not-an-artifact").status_code == 404
     assert bob("GET", f"/v1/tasks/{task.id}/artifacts").status_code == 404
 

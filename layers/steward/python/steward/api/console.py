@@ -10,6 +10,7 @@ browser fetches the page before it has a token); they serve only the files shipp
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
@@ -28,6 +29,7 @@ FILES = {
     "style.css": "text/css; charset=utf-8",
 }
 SCOPES = "openid email"
+_HOST = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 
 
 @cache
@@ -39,7 +41,10 @@ def _origin(url: str | None) -> str | None:
     if not url:
         return None
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}" if parts.scheme == "https" and parts.netloc else None
+    # Only a host[:port]: anything else in a policy (a space, a `;`) would add to it.
+    if parts.scheme != "https" or not _HOST.fullmatch(parts.netloc):
+        return None
+    return f"https://{parts.netloc}"
 
 
 def content_security_policy(settings: Settings) -> str:
