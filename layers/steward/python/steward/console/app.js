@@ -51,9 +51,14 @@
   const enc = encodeURIComponent;
   const main = () => document.getElementById("main");
 
+  let generation = 0; // bumped by every navigation: a slower earlier page never paints over it
+
   function show(...nodes) {
-    const target = main();
-    target.replaceChildren(...nodes);
+    main().replaceChildren(...nodes);
+  }
+
+  function showFor(mine, ...nodes) {
+    if (mine === generation) show(...nodes);
   }
 
   function notify(message, ok) {
@@ -220,6 +225,7 @@
 
   // ---- pages
   async function plansPage() {
+    const mine = generation;
     const { plans } = await api("GET", "/v1/plans?limit=100");
     const rows = plans.map((plan) => {
       const done = Object.values(plan.outcomes || {}).reduce((a, b) => a + b, 0);
@@ -233,7 +239,7 @@
         el("td", {}, `$${plan.cost_usd}`),
         el("td", { class: "hide-narrow" }, plan.updated_at));
     });
-    show(el("h1", {}, "Plans"), plans.length
+    showFor(mine, el("h1", {}, "Plans"), plans.length
       ? el("div", { class: "scroll" }, el("table", {},
         el("thead", {}, el("tr", {}, ["Plan", "Status", "Repository", "Finished", "Cost", "Updated"]
           .map((h, i) => el("th", { class: i === 2 || i === 5 ? "hide-narrow" : null }, h)))),
@@ -252,6 +258,7 @@
   }
 
   async function planPage(slug) {
+    const mine = generation;
     const plan = await api("GET", `/v1/plans/${enc(slug)}`);
     let diff = null;
     try {
@@ -308,10 +315,11 @@
       });
       parts.push(el("div", { class: "actions" }, button));
     }
-    show(...parts);
+    showFor(mine, ...parts);
   }
 
   async function taskPage(id) {
+    const mine = generation;
     let after = 0;
     let stopped = false;
     let timer = null;
@@ -322,6 +330,7 @@
     const summary = el("div", { id: "summary" });
     const actions = el("div", { class: "actions" });
     const artifacts = el("ul", { id: "artifacts" });
+    if (mine !== generation) return;
     page = {
       stop() {
         stopped = true;
@@ -449,6 +458,7 @@
       if (stopped) return;
       try {
         const task = await api("GET", `/v1/tasks/${enc(id)}`);
+        render(task, plan); // at once: the plan and the events refine it below
         if (!plan) plan = await api("GET", `/v1/plans/${enc(task.plan_slug)}`).catch(() => null);
         for (;;) {
           const page_ = await api("GET", `/v1/tasks/${enc(id)}/events?after=${after}&limit=100`);
@@ -476,7 +486,7 @@
       if (!stopped) timer = setTimeout(() => poll(false), POLL_MS);
     }
 
-    show(summary, actions, el("h2", {}, "Output"), output, el("h2", {}, "Artifacts"), artifacts,
+    showFor(mine, summary, actions, el("h2", {}, "Output"), output, el("h2", {}, "Artifacts"), artifacts,
       el("h2", {}, "Events"), timeline);
     output.textContent = "(waiting for output)";
     await loadArtifacts();
@@ -484,6 +494,7 @@
   }
 
   async function loopPage() {
+    const mine = generation;
     const settings = await api("GET", "/v1/loop");
     const input = (name, attrs) => el("input", { id: name, name, ...attrs });
     const form = el("form", { class: "settings", id: "loop-form" },
@@ -527,12 +538,14 @@
         notify(error.message);
       }
     });
-    show(el("h1", {}, "Loop ", status(settings.paused ? "paused" : settings.enabled ? "running" : "disabled")),
+    showFor(mine, el("h1", {}, "Loop ", status(settings.paused ? "paused" : settings.enabled ? "running" : "disabled")),
       el("div", { class: "actions" }, pause), form);
   }
 
   // ---- routing
   async function route(event) {
+    generation += 1;
+    const mine = generation;
     page.stop();
     page = { stop() {} };
     if (event) notify(""); // a navigation clears the last notice; the first page keeps sign-in's
@@ -557,7 +570,7 @@
       if (!token) {
         signInPage();
       } else {
-        show(el("h1", {}, error.status === 404 ? "Not found" : "Something went wrong"), el("p", {}, error.message));
+        showFor(mine, el("h1", {}, error.status === 404 ? "Not found" : "Something went wrong"), el("p", {}, error.message));
       }
       if (error.status !== 404) notify(error.message);
     }
