@@ -226,6 +226,56 @@ def test_a_lost_create_response_with_no_retry_left_fails_and_a_replay_finds_it(
 # ---- retries
 
 
+def test_comment_find_it_by_its_marker_and_close_a_pull_request(
+    twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: Path
+) -> None:
+    branch = "steward/eeeeeeeeeeeeeeeeeeeeeeee"
+    push_branch(app, installation, REPO, tmp_path, branch)
+    pull = app.open_pull(installation, REPO, head=branch, base="main", title="T", body="B")
+    assert app.find_comment(installation, REPO, pull.number, "<!-- m -->") is None
+    made = app.comment(installation, REPO, pull.number, "Withdrawn.\n\n<!-- m -->")
+    assert app.find_comment(installation, REPO, pull.number, "<!-- m -->") == made
+    assert app.find_comment(installation, REPO, pull.number, "<!-- other -->") is None
+    [shown] = twin.comments(REPO, pull.number)
+    assert (shown["id"], shown["user"]["login"], shown["body"]) == (
+        made,
+        "steward[bot]",
+        "Withdrawn.\n\n<!-- m -->",
+    )
+    closed = app.close_pull(installation, REPO, pull.number)
+    assert (closed.number, closed.state, closed.merged) == (pull.number, "closed", False)
+    assert app.close_pull(installation, REPO, pull.number) == closed  # closing it again changes nothing
+    assert app.find_pull(installation, REPO, branch, state="open") is None
+    assert twin.pull(REPO, pull.number)["comments"] == 1
+
+
+def test_a_comment_is_never_retried_after_a_server_error(
+    twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: Path, sleeps: Sleeps
+) -> None:
+    """A 5xx may come after GitHub made the comment: a retry could make a second one, so the
+    caller gets the error and looks for the comment by its marker before writing it again."""
+    branch = "steward/ffffffffffffffffffffffff"
+    push_branch(app, installation, REPO, tmp_path, branch)
+    pull = app.open_pull(installation, REPO, head=branch, base="main", title="T", body="B")
+    twin.faults.server_errors = 3
+    with pytest.raises(GitHubError, match="after 1 attempts: HTTP 502"):
+        app.comment(installation, REPO, pull.number, "once")
+    assert twin.faults.server_errors == 2  # one request
+    twin.faults.reset()
+    twin.faults.secondary_rate_limit = 1  # a refusal that says GitHub did nothing is retried
+    app.comment(installation, REPO, pull.number, "once")
+    assert [c["body"] for c in twin.comments(REPO, pull.number)] == ["once"]
+
+
+def test_a_pull_request_of_another_branch_is_never_found_for_a_task(
+    twin: GitHubTwin, app: GitHubApp, installation: int, tmp_path: Path
+) -> None:
+    ours, theirs = "steward/aaaaaaaaaaaaaaaaaaaaaaaa", "steward/aaaaaaaaaaaaaaaaaaaaaaaa-x"
+    push_branch(app, installation, REPO, tmp_path, theirs)
+    app.open_pull(installation, REPO, head=theirs, base="main", title="T", body="B")
+    assert app.find_pull(installation, REPO, ours) is None
+
+
 def test_secondary_rate_limit_waits_what_retry_after_says(
     twin: GitHubTwin, app: GitHubApp, installation: int, sleeps: Sleeps
 ) -> None:

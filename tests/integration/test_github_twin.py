@@ -38,6 +38,7 @@ from githubkit_schemas.latest.models import (
     FullRepository,
     Installation,
     InstallationToken,
+    IssueComment,
     PullRequest,
     PullRequestMergeResult,
     PullRequestSimple,
@@ -443,6 +444,49 @@ def test_pull_request_create_list_get_merge_close(twin: GitHubTwin, seeded: int,
     assert merged_reopen.value.response.status_code == 422
     all_pulls = inst.rest.pulls.list("acme", "widgets", state="all").parsed_data
     assert [p.number for p in all_pulls] == [2, 1]  # newest first, as GitHub sorts
+
+
+def test_pull_request_comments_and_a_close_by_the_app_as_github_answers_them(
+    twin: GitHubTwin, receiver: Receiver, seeded: int, tmp_path: Path
+) -> None:
+    """What a withdrawal uses: comment on a pull request through the issues API, list the
+    comments, close it with PATCH; the close is a `pull_request` `closed` delivery sent by the
+    App's bot, unmerged."""
+    token = twin.create_token(seeded)
+    gh = token_client(twin, token)
+    push_branch(twin, tmp_path, token, "steward/c0", {"c.txt": "c\n"})
+    gh.rest.pulls.create("acme", "widgets", title="C", head="steward/c0", base="main")
+    made = gh.rest.issues.create_comment("acme", "widgets", 1, body="Withdrawn.")
+    assert made.status_code == 201
+    comment = made.parsed_data
+    assert isinstance(comment, IssueComment)
+    assert made.headers["location"] == comment.url
+    assert (comment.body, comment.user.login if comment.user else None) == ("Withdrawn.", "steward[bot]")
+    assert comment.issue_url.endswith("/repos/acme/widgets/issues/1")
+    gh.rest.issues.create_comment("acme", "widgets", 1, body="Second.")
+    listed = gh.rest.issues.list_comments("acme", "widgets", 1, per_page=1).parsed_data
+    assert [c.body for c in listed] == ["Withdrawn."]  # oldest first, paged
+    assert [c["body"] for c in admin.comments(twin.url, "acme/widgets", 1)] == ["Withdrawn.", "Second."]
+    with pytest.raises(RequestFailed) as empty:
+        gh.rest.issues.create_comment("acme", "widgets", 1, body="")
+    assert empty.value.response.status_code == 422
+    with pytest.raises(RequestFailed) as missing:
+        gh.rest.issues.create_comment("acme", "widgets", 99, body="x")
+    assert missing.value.response.status_code == 404
+    reader = token_client(twin, twin.create_token(seeded, permissions={"pull_requests": "read"}))
+    with pytest.raises(RequestFailed) as read_only:
+        reader.rest.issues.create_comment("acme", "widgets", 1, body="x")
+    assert read_only.value.response.status_code == 403
+    closed = gh.rest.pulls.update("acme", "widgets", 1, state="closed").parsed_data
+    assert (closed.state, closed.merged, closed.comments) == ("closed", False, 2)
+    gh.rest.pulls.update("acme", "widgets", 1, state="closed")  # closing it again sends nothing
+    assert twin.wait_for_deliveries()
+    assert receiver.events()[-2:] == [("pull_request", "opened"), ("pull_request", "closed")]
+    event = githubkit.webhooks.parse("pull_request", receiver.received[-1].body)
+    assert event.action == "closed"
+    assert event.pull_request.merged is False
+    assert event.sender is not None
+    assert event.sender.login == "steward[bot]"
 
 
 def test_pull_listing_pages_like_github(twin: GitHubTwin, seeded: int, tmp_path: Path) -> None:

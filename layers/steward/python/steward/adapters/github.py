@@ -9,7 +9,10 @@ says (bounded by `max_retry_after`), for at most `max_attempts` attempts in all.
 
 GitHub is an eventually consistent peer, so every effect must be safe to repeat: opening a
 pull request whose head already has one (GitHub answers 422 "already exists", typically
-after a lost response made us retry) returns the existing pull request.
+after a lost response made us retry) returns the existing pull request; closing a closed
+pull request changes nothing. A comment is the one effect GitHub cannot tell apart from a
+second one, so it is never retried after a 5xx or a lost answer (it may have been made):
+the caller looks for it (`find_comment`, by a marker in its body) before writing it again.
 
 Errors are `GitHubError` (502) naming the operation and GitHub's status; a message never
 holds a token (tokens are redacted from anything GitHub said, and the githubkit exception,
@@ -53,6 +56,7 @@ _TOKEN_REUSE_MARGIN = timedelta(minutes=5)  # a cached API token is renewed this
 _BACKOFF_BASE_SECONDS = 0.5
 _BACKOFF_CAP_SECONDS = 8.0
 _DETAIL_LIMIT = 300
+_COMMENT_PAGES = 30  # of 100 comments: how far `find_comment` looks
 
 
 @functools.cache
@@ -218,7 +222,11 @@ class RepositoryClient:
                 owner, name, head=f"{owner}:{branch}", state=state, per_page=100, headers=headers
             )
             found = [
-                PullRef(p.number, p.html_url, p.state, p.merged_at is not None) for p in response.parsed_data
+                PullRef(p.number, p.html_url, p.state, p.merged_at is not None)
+                for p in response.parsed_data
+                # only the branch of this repository, whatever the filter let through
+                if p.head.ref == branch
+                and (p.head.repo is None or p.head.repo.full_name.lower() == repo.lower())
             ]
             found.sort(key=lambda p: (p.state != "open", p.number))
             return found[0] if found else None
@@ -287,9 +295,61 @@ class RepositoryClient:
             upstream_status=422,
         )
 
+    def close_pull(self, installation_id: int, repo: str, number: int) -> PullRef:
+        """Close pull request `number` unmerged (closing a closed one changes nothing); the
+        pull request as GitHub answers after it (`merged` if a person merged it first)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> PullRef:
+            pull = self._gh.rest.pulls.update(
+                owner, name, number, state="closed", headers=headers
+            ).parsed_data
+            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None)
+
+        return self._call(f"close pull request #{number} of {repo}", call)
+
+    def find_comment(self, installation_id: int, repo: str, number: int, marker: str) -> int | None:
+        """The id of the first comment on issue or pull request `number` whose body holds
+        `marker`, or None (every page is read, at most `_COMMENT_PAGES` of 100)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> int | None:
+            for page in range(1, _COMMENT_PAGES + 1):
+                comments = self._gh.request(
+                    "GET",
+                    f"/repos/{owner}/{name}/issues/{number}/comments",
+                    params={"per_page": 100, "page": page},
+                    headers=headers,
+                ).json()
+                for comment in comments:
+                    if isinstance(comment, dict) and marker in str(comment.get("body") or ""):
+                        return int(comment["id"])
+                if len(comments) < 100:
+                    return None
+            return None
+
+        return self._call(f"list the comments of #{number} of {repo}", call)
+
+    def comment(self, installation_id: int, repo: str, number: int, body: str) -> int:
+        """Comment on issue or pull request `number`; the comment's id. Not retried after a
+        5xx or a lost answer (see the module docstring)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> int:
+            return self._gh.rest.issues.create_comment(
+                owner, name, number, body=body, headers=headers
+            ).parsed_data.id
+
+        return self._call(f"comment on #{number} of {repo}", call, repeatable=False)
+
     # ---- retries
 
-    def _call(self, operation: str, call: Callable[[], T]) -> T:
+    def _call(self, operation: str, call: Callable[[], T], *, repeatable: bool = True) -> T:
+        """`call` with retries; when it is not `repeatable`, only refusals that say GitHub
+        did nothing (rate limits) are retried."""
         last = ""
         status: int | None = None
         for attempt in range(1, self.max_attempts + 1):
@@ -317,10 +377,14 @@ class RepositoryClient:
                     ) from None
                 wait = _backoff(attempt)
                 last = f"HTTP {status}"
+                if not repeatable:
+                    break
             except RequestError as exc:  # transport: refused, reset, timed out, no answer
                 status = None
                 wait = _backoff(attempt)
                 last = f"no answer ({type(exc.exc).__name__})"
+                if not repeatable:
+                    break
             except GitHubException as exc:  # e.g. App credentials unusable
                 raise GitHubError(
                     f"GitHub {operation} failed: {type(exc).__name__}", operation=operation
@@ -328,7 +392,7 @@ class RepositoryClient:
             if attempt < self.max_attempts:
                 self._sleep(wait)
         raise GitHubError(
-            f"GitHub {operation} failed after {self.max_attempts} attempts: {last}",
+            f"GitHub {operation} failed after {attempt} attempts: {last}",
             operation=operation,
             upstream_status=status,
         )

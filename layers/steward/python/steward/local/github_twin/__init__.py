@@ -12,12 +12,13 @@ REST (root of `twin.url`, as `api.github.com`):
   `GET /repos/{o}/{r}/installation` (App JWT)
 * `GET /repos/{o}/{r}`, `GET /installation/repositories`, `DELETE /installation/token`,
   `POST|GET /repos/{o}/{r}/pulls`, `GET|PATCH /repos/{o}/{r}/pulls/{n}`,
-  `PUT|GET /repos/{o}/{r}/pulls/{n}/merge` (installation token, `token X` or `Bearer X`)
+  `PUT|GET /repos/{o}/{r}/pulls/{n}/merge`, `POST|GET /repos/{o}/{r}/issues/{n}/comments`
+  (a pull request's comments; installation token, `token X` or `Bearer X`)
 
 Git: `{url}/{owner}/{repo}.git` (the repository's `clone_url`).
 
 Admin (`/_twin/`, loopback clients only, no auth): `POST repos/{o}/{r}/pulls/{n}/merge|close|reopen`,
-`GET repos/{o}/{r}/pulls`, `GET deliveries`, `POST deliveries/{id}/redeliver`, `POST flush`, `POST withhold {"on": bool}`,
+`GET repos/{o}/{r}/pulls`, `GET repos/{o}/{r}/pulls/{n}/comments`, `GET deliveries`, `POST deliveries/{id}/redeliver`, `POST flush`, `POST withhold {"on": bool}`,
 `GET|POST faults`, `POST repos`, `POST installations`,
 `POST installations/{id}/suspend|unsuspend|repositories`. `admin` has a client for them.
 

@@ -46,6 +46,14 @@ def pulls(github_url: str, full_name: str) -> list[dict[str, Any]]:
     return result
 
 
+def comments(github_url: str, full_name: str, number: int) -> list[dict[str, Any]]:
+    """The comments of a pull request, oldest first."""
+    result: list[dict[str, Any]] = _call(
+        github_url, "GET", f"{_repo_path(full_name)}/pulls/{number}/comments"
+    )
+    return result
+
+
 def deliveries(github_url: str) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = _call(github_url, "GET", "deliveries")
     return result

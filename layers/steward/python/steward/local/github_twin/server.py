@@ -397,6 +397,16 @@ def _merge_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     return _Result(200, twin.api_merge_pull(req.authorization, _full(m), int(m[2]), req.json()))
 
 
+def _create_comment(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    comment = twin.api_create_comment(req.authorization, _full(m), int(m[2]), req.json())
+    return _Result(201, comment, [("Location", comment["url"])])
+
+
+def _list_comments(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    items, headers = _paged(req, twin.api_list_comments(req.authorization, _full(m), int(m[2])), twin.url)
+    return _Result(200, items, headers)
+
+
 def _check_merged(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     pull = twin.api_get_pull(req.authorization, _full(m), int(m[2]))
     if not pull["merged"]:
@@ -418,6 +428,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("PATCH", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}$"), _update_pull),
     ("PUT", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/merge$"), _merge_pull),
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/merge$"), _check_merged),
+    ("POST", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/issues/{_NUMBER}/comments$"), _create_comment),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/issues/{_NUMBER}/comments$"), _list_comments),
 ]
 
 
@@ -440,6 +452,10 @@ def _admin_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
 
 def _admin_pulls(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     return _Result(200, twin.pulls(_full(m)))
+
+
+def _admin_comments(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.comments(_full(m), int(m[2])))
 
 
 def _admin_deliveries(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
@@ -505,6 +521,7 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
         _admin_pull,
     ),
     ("GET", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls$"), _admin_pulls),
+    ("GET", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _admin_comments),
     ("GET", re.compile(r"^/_twin/deliveries$"), _admin_deliveries),
     ("POST", re.compile(rf"^/_twin/deliveries/{_SEGMENT}/redeliver$"), _admin_redeliver),
     ("POST", re.compile(r"^/_twin/flush$"), _admin_flush),

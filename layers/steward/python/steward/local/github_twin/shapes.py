@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from steward.local.github_twin.state import Account, Installation, Pull, Repo, iso, node_id
+from steward.local.github_twin.state import Account, Comment, Installation, Pull, Repo, iso, node_id
 
 __all__ = [
     "PullStats",
     "error",
     "installation",
+    "issue_comment",
     "node_id",
     "pull_request",
     "repository",
@@ -38,6 +39,7 @@ class PullStats:
     deletions: int = 0
     changed_files: int = 0
     mergeable: bool | None = True
+    comments: int = 0  # issue comments (not a branch figure, but counted with them)
 
 
 def user(base: str, account: Account) -> Json:
@@ -307,7 +309,7 @@ def pull_request(
                 "rebaseable": stats.mergeable if open_ else None,
                 "mergeable_state": ("clean" if stats.mergeable else "dirty") if open_ else "unknown",
                 "merged_by": merged_by,
-                "comments": 0,
+                "comments": stats.comments,
                 "review_comments": 0,
                 "maintainer_can_modify": False,
                 "commits": stats.commits,
@@ -317,6 +319,29 @@ def pull_request(
             }
         )
     return body
+
+
+def issue_comment(base: str, full_name: str, comment: Comment, *, author: Json) -> Json:
+    """A comment on an issue or pull request (the `IssueComment` shape)."""
+    api = f"{base}/repos/{full_name}/issues/comments/{comment.id}"
+    return {
+        "url": api,
+        "html_url": f"{base}/{full_name}/pull/{comment.number}#issuecomment-{comment.id}",
+        "issue_url": f"{base}/repos/{full_name}/issues/{comment.number}",
+        "id": comment.id,
+        "node_id": node_id("IC", comment.id),
+        "user": author,
+        "created_at": iso(comment.created_at),
+        "updated_at": iso(comment.updated_at),
+        "author_association": "NONE",
+        "body": comment.body,
+        "reactions": {
+            "url": f"{api}/reactions",
+            "total_count": 0,
+            **dict.fromkeys(("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0),
+        },
+        "performed_via_github_app": None,
+    }
 
 
 def error(

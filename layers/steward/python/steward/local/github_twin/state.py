@@ -116,3 +116,16 @@ class Pull:
     @property
     def merged(self) -> bool:
         return self.merged_at is not None
+
+
+@dataclass
+class Comment:
+    """A comment on an issue or pull request (the twin has pull requests only)."""
+
+    id: int
+    repo_id: int
+    number: int
+    body: str
+    user: str
+    created_at: float
+    updated_at: float

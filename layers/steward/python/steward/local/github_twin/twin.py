@@ -17,7 +17,7 @@ import string
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from steward.local.github_twin.state import (
     LEVELS,
     TOKEN_TTL_SECONDS,
     Account,
+    Comment,
     Installation,
     Pull,
     Repo,
@@ -66,6 +67,7 @@ _RESERVED_OWNERS = {
 }
 _DOCS = "https://docs.github.com/rest"
 _DOCS_PULLS = "https://docs.github.com/rest/pulls/pulls"
+_DOCS_COMMENTS = "https://docs.github.com/rest/issues/comments"
 _DOCS_MINT = "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app"
 _NOT_ACCESSIBLE = "Resource not accessible by integration"
 
@@ -125,8 +127,9 @@ class GitHubTwin(Running):
         self._installations: dict[int, Installation] = {}
         self._tokens: dict[str, Token] = {}  # by SHA-256 of the token: the twin keeps no token
         self._pulls: dict[int, dict[int, Pull]] = {}  # repo id -> number -> pull
+        self._comments: dict[tuple[int, int], list[Comment]] = {}  # (repo id, number) -> oldest first
         self._git_requests: list[GitRequest] = []
-        self._ids = {"account": 1000, "repo": 100000, "installation": 10, "pull": 5000000}
+        self._ids = {"account": 1000, "repo": 100000, "installation": 10, "pull": 5000000, "comment": 9000000}
         self._rest_errors_served = 0
         self._bot = self._account(f"{self.app_slug}[bot]", "Bot")
         self._human = self._account(HUMAN_LOGIN, "User")
@@ -295,6 +298,13 @@ class GitHubTwin(Running):
         with self._lock:
             repo = self._repo(full_name)
             return self._pull_json(repo, self._pull(repo, number), full=True)
+
+    def comments(self, full_name: str, number: int) -> list[Json]:
+        """The comments of pull request `number`, oldest first, as the REST API lists them."""
+        with self._lock:
+            repo = self._repo(full_name)
+            self._pull(repo, number)
+            return [self._comment_json(repo, c) for c in self._comments.get((repo.id, number), [])]
 
     def branch_sha(self, full_name: str, branch: str) -> str | None:
         """The branch's commit, or None when the branch does not exist."""
@@ -667,6 +677,33 @@ class GitHubTwin(Running):
                 self._set_state(repo, number, state, self._bot)
             return self._pull_json(repo, pull, full=True)
 
+    def api_create_comment(self, authorization: str | None, full_name: str, number: int, body: Json) -> Json:
+        """`POST /repos/{o}/{r}/issues/{n}/comments`: the twin's issues are its pull requests,
+        so `n` must be one (commenting on a pull request needs pull_requests: write)."""
+        with self._lock:
+            token = self._token(authorization)
+            repo = self._reachable_repo(token, full_name)
+            _require(token, "pull_requests", "write")
+            self._pull(repo, number)
+            text = body.get("body")
+            if not isinstance(text, str) or not text:
+                raise _validation_failed(
+                    _DOCS_COMMENTS, {"resource": "IssueComment", "field": "body", "code": "missing_field"}
+                )
+            now = time.time()
+            comment = Comment(self._next("comment"), repo.id, number, text, self._bot.login, now, now)
+            self._comments.setdefault((repo.id, number), []).append(comment)
+            return self._comment_json(repo, comment)
+
+    def api_list_comments(self, authorization: str | None, full_name: str, number: int) -> list[Json]:
+        """`GET /repos/{o}/{r}/issues/{n}/comments`: oldest first, every one (the caller pages)."""
+        with self._lock:
+            token = self._token(authorization)
+            repo = self._reachable_repo(token, full_name)
+            _require(token, "pull_requests", "read")
+            self._pull(repo, number)
+            return [self._comment_json(repo, c) for c in self._comments.get((repo.id, number), [])]
+
     def admin_faults(self, values: Mapping[str, Any]) -> dict[str, int]:
         try:
             self.faults.set(**values)
@@ -986,6 +1023,8 @@ class GitHubTwin(Running):
             None if pull.merged_by is None else shapes.user(base, self._accounts[pull.merged_by.lower()])
         )
         stats = self._git.stats(repo.owner, repo.name, pull.base_sha, pull.head_sha) if full else None
+        if stats is not None:
+            stats = replace(stats, comments=len(self._comments.get((repo.id, pull.number), [])))
         return shapes.pull_request(
             base,
             self._repo_json(base, repo),
@@ -995,6 +1034,10 @@ class GitHubTwin(Running):
             merged_by=merged_by,
             stats=stats,
         )
+
+    def _comment_json(self, repo: Repo, comment: Comment) -> Json:
+        author = shapes.user(self.url, self._accounts[comment.user.lower()])
+        return shapes.issue_comment(self.url, repo.full_name, comment, author=author)
 
     def next_server_error(self) -> int:
         """502, 503, 502, ...: the status of the next injected server error."""
