@@ -478,3 +478,41 @@ def test_the_plan_store_moves_exactly_as_the_plan_table_says(tables: Tables, ope
         if after is not status:
             made.add((status, after))
     assert made == lifecycle.PLAN_CHANGES[operation]
+
+
+# ---- a person's cancel: cancelled while queued or running, withdrawn in review
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "target"),
+    [
+        (T.QUEUED, None, T.CANCELLED),
+        (T.RUNNING, None, T.CANCELLED),
+        (T.CANCELLED, "cancelled by user", T.CANCELLED),  # a replay
+        (T.REVIEW, None, T.CLOSED),  # withdrawn
+        (T.CLOSED, lifecycle.WITHDRAWN, T.CLOSED),  # a replay of the withdrawal
+    ],
+)
+def test_cancel_targets(status: T, reason: str | None, target: T) -> None:
+    assert lifecycle.cancel_target(status, reason=reason) is target
+    assert lifecycle.task_change_allowed(status, target)  # every one is a pair of the task table
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "says"),
+    [
+        (T.MERGED, None, "merged"),
+        (T.CLOSED, None, "closed on GitHub"),  # a person closed the pull request: nothing to withdraw
+        (T.FAILED, "retryable", "retry"),
+    ],
+)
+def test_cancel_refusals_say_why(status: T, reason: str | None, says: str) -> None:
+    with pytest.raises(LifecycleError, match=says) as refused:
+        lifecycle.cancel_target(status, reason=reason)
+    assert refused.value.status == 409
+
+
+def test_a_withdrawn_task_may_still_be_merged_and_is_never_reopened() -> None:
+    assert lifecycle.task_change_allowed(T.CLOSED, T.MERGED)  # a person merged it anyway
+    assert not lifecycle.task_change_allowed(T.CLOSED, T.REVIEW)
+    assert T.CLOSED in lifecycle.RETRYABLE_TASK_STATUSES  # the item may be retried afresh

@@ -12,6 +12,7 @@ from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, PlanStat
 from steward.domain.plans import publish
 from steward.domain.reconcile import (
     Cancel,
+    ClosePull,
     CompletePlan,
     Launch,
     MarkInProgress,
@@ -362,6 +363,7 @@ def test_a_live_task_of_a_superseded_revision_is_cancelled_while_queued_or_runni
     assert new_revision == ([(2, 1, None, old.id)] if edited else []), case
 
 
+<<<<<<< HEAD
 def fixture(plan: Plan) -> Plan:
     """`plan` as `steward local capability` makes it (`PlanKind.FIXTURE`)."""
     return plan.model_copy(update={"kind": PlanKind.FIXTURE})
@@ -398,3 +400,40 @@ def test_archiving_a_local_fixture_cancels_its_live_task() -> None:
     assert cancelling.actions == (Cancel(fixture_task.id, "plan archived"),)
     assert cancelling.live_work  # until the cancel lands
     assert reconcile([archived], [in_review], NOW, OPEN).actions == ()  # its pull request stays
+=======
+# ---- withdrawal: a task cancelled in review is closed; the loop closes its pull request
+
+
+def withdrawn(plan: Plan, ordinal: int, *, pending: bool = True) -> tuple[Plan, Task]:
+    task = task_of(plan, ordinal, status=TaskStatus.CLOSED).model_copy(
+        update={"reason": "withdrawn", "pr_close_pending": pending}
+    )
+    return with_item(plan, ordinal, status=ItemStatus.CLOSED, task_id=task.id), task
+
+
+def test_a_withdrawn_task_gets_its_pull_request_closed_and_its_plan_completes() -> None:
+    plan, task = withdrawn(make_plan("A", "B", status=PlanStatus.IN_PROGRESS), 1)
+    plan = with_item(plan, 2, status=ItemStatus.MERGED, task_id="t2")
+    decision = reconcile([plan], [task], NOW, OPEN)
+    assert set(decision.actions) == {ClosePull(task.id), CompletePlan(plan.slug, plan.version)}
+    assert decision.live_work  # the loop keeps looking until the pull request is closed
+    assert not decision.settles  # the close changes the next decision without an event
+
+
+def test_a_withdrawn_task_holds_no_slot_is_not_cancelled_and_needs_no_repair() -> None:
+    plan, task = withdrawn(make_plan("A", "B", status=PlanStatus.IN_PROGRESS), 1)
+    decision = reconcile([plan], [task], NOW, Policy(max_parallel=1, spawns_left=10))
+    assert [s.item_key for s in spawns(decision.actions)] == [item(plan, 2).key]
+    archived = plan.model_copy(update={"status": PlanStatus.ARCHIVED})
+    assert reconcile([archived], [task], NOW, OPEN).actions == (ClosePull(task.id),)
+    # the item still shows review (its projection was lost): repaired from the closed task
+    shown = with_item(plan, 1, status=ItemStatus.REVIEW)
+    assert RepairItem(plan.slug, task.id) in reconcile([shown], [task], NOW, OPEN).actions
+
+
+def test_a_closed_pull_request_ends_the_withdrawal_and_the_loop_settles() -> None:
+    plan, task = withdrawn(make_plan("A", status=PlanStatus.COMPLETED), 1)
+    assert reconcile([plan], [task], NOW, OPEN).actions == (ClosePull(task.id),)
+    done = reconcile([plan], [], NOW, OPEN)
+    assert (done.actions, done.live_work, done.settles) == ((), False, True)
+>>>>>>> 281abb1 (Cancelling a task in review withdraws it: closed, reason withdrawn, marked pr_close_pending in the same conditional write (a merge that lands first makes it a 409 that says so; one after moves it to merged); the loop's ClosePull comments on Steward's own pull request, closes it and clears the mark, idempotent across crashes)

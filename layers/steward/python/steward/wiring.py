@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from steward.services.runtime import RuntimeService
     from steward.services.tasks import TaskService
     from steward.services.webhooks import WebhookReceiver
+    from steward.services.withdrawal import Withdrawals
 
 
 @cache
@@ -367,6 +368,7 @@ def heartbeat() -> Heartbeat:
         tickets=TicketStore(t),
         launcher=launcher(),
         resync=resync(),
+        withdrawals=withdrawals(),
         brake=brake().engaged,
     )
 
@@ -388,7 +390,26 @@ def resync() -> Resync | None:
     policy = ResyncPolicy(
         period=timedelta(seconds=s.github_resync_seconds), max_calls=s.github_resync_max_calls
     )
-    return Resync(TaskStore(t), InstallationStore(t), github=cache(lambda: github_app(s)), policy=policy)
+    return Resync(TaskStore(t), InstallationStore(t), github=loop_github, policy=policy)
+
+
+@cache
+def withdrawals() -> Withdrawals | None:
+    """The loop's closing of withdrawn pull requests, or None where no GitHub App is configured."""
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.withdrawal import Withdrawals  # noqa: PLC0415
+
+    t = tables()
+    if settings().github_app_id is None:
+        return None
+    return Withdrawals(TaskStore(t), InstallationStore(t), github=loop_github)
+
+
+@cache
+def loop_github() -> GitHubApp:
+    """The heartbeat's one GitHub App client (resync and withdrawals), built on first use."""
+    return github_app(settings())
 
 
 @cache
@@ -450,6 +471,8 @@ _BUILDERS: tuple[Callable[..., Any], ...] = (
     launcher,
     heartbeat,
     resync,
+    withdrawals,
+    loop_github,
     reaper,
 )
 

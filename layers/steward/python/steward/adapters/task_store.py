@@ -75,6 +75,8 @@ def task_to_item(task: Task) -> dict[str, Any]:
     # Money stays decimal end to end (DynamoDB numbers), never float.
     data["budget_usd"] = task.budget_usd
     data["cost_usd"] = task.cost_usd
+    if data.pop("pr_close_pending", False):
+        data["pr_close_pending"] = True  # present only while set
     # Absent until a settlement ADDs to it (a number, never the JSON dump's string).
     data.pop("over_reported_usd", None)
     if task.over_reported_usd:
@@ -341,11 +343,19 @@ class TaskStore:
         if reason is not None:
             sets["reason"] = reason
         sets.update(extra or {})
+        closing = bool(sets.get("pr_close_pending"))
+        if target in TERMINAL_TASK_STATUSES and closing:
+            # Withdrawn: finished, but the loop has yet to close its pull request, so it stays
+            # in the user's live index (not in the reaper's) until it has.
+            sets["live_user"] = task.user
         names = {f"#a{i}": k for i, k in enumerate(sets)}
         values = {f":a{i}": v for i, v in enumerate(sets.values())}
         expression = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(sets)))
-        if target in TERMINAL_TASK_STATUSES:
-            expression += " REMOVE live_user, live_shard, deadline"
+        if target in TERMINAL_TASK_STATUSES and closing:
+            expression += " REMOVE live_shard, deadline"
+        elif target in TERMINAL_TASK_STATUSES:
+            # A merge after a withdrawal also ends the wait to close its pull request.
+            expression += " REMOVE live_user, live_shard, deadline, pr_close_pending"
         elif target not in (TaskStatus.QUEUED, TaskStatus.RUNNING) and "deadline" not in sets:
             expression += " REMOVE deadline"  # waits for people now, not for a runtime
         names |= {"#s": "status", "#q": "event_seq"}
@@ -373,6 +383,8 @@ class TaskStore:
         self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         merged = task.model_dump()
         merged.update({k: v for k, v in sets.items() if k in Task.model_fields})
+        if target in TERMINAL_TASK_STATUSES and not closing:
+            merged["pr_close_pending"] = False
         if target not in (TaskStatus.QUEUED, TaskStatus.RUNNING) and "deadline" not in sets:
             merged["deadline"] = None
         return Task.model_validate(merged)
@@ -552,13 +564,90 @@ class TaskStore:
 
     # ---- client actions
     def cancel(self, user: str, task_id: str, *, now: datetime, reason: str) -> Task:
-        """queued/running -> cancelled (final). Cancelling a cancelled task is a no-op."""
-        task = self.require_owned(user, task_id)
-        cancelled, _ = self.transition(
-            task, TaskStatus.CANCELLED, now=now, event="cancelled", classification="final", reason=reason
+        """A person's cancel (`lifecycle.cancel_target`): queued/running -> cancelled
+        (final, `reason`); review -> closed, reason `withdrawn` (final), marked
+        `pr_close_pending` in the same conditional write, so the loop closes its pull request
+        (`steward.services.withdrawal`). Repeating either is a no-op.
+
+        The write is conditional on the status (and event sequence) it was decided from: a
+        merge webhook that lands first makes the withdrawal a LifecycleError (409) saying
+        the pull request was merged; one that lands after moves the withdrawn task to merged,
+        as the lifecycle allows. A task that moved meanwhile (running -> review) is decided
+        again from what it is now."""
+        for _ in range(TRANSITION_ATTEMPTS):
+            task = self.require_owned(user, task_id)
+            target = lifecycle.cancel_target(task.status, reason=task.reason)
+            try:
+                if target is TaskStatus.CANCELLED:
+                    moved, _ = self.transition(
+                        task, target, now=now, event="cancelled", classification="final", reason=reason
+                    )
+                else:
+                    moved = self._withdraw(task, user, now=now)
+            except LifecycleError:
+                continue  # it moved after it was read: decide again from what it is now
+            self.project_item(moved, now=now)
+            return moved
+        raise Conflict(f"task {task_id} kept changing; retry")
+
+    def _withdraw(self, task: Task, user: str, *, now: datetime) -> Task:
+        """review -> closed (withdrawn, final, `pr_close_pending`); a withdrawn task as it is."""
+        moved, changed = self.transition(
+            task,
+            TaskStatus.CLOSED,
+            now=now,
+            event="withdrawn",
+            data={"by": user, "number": task.pr_number, "url": task.pr_url},
+            classification="final",
+            reason=lifecycle.WITHDRAWN,
+            extra={"pr_close_pending": True, "withdrawn_by": user},
         )
-        self.project_item(cancelled, now=now)
-        return cancelled
+        if not changed and moved.reason != lifecycle.WITHDRAWN:
+            # GitHub closed it first (a webhook between the read and the write)
+            raise LifecycleError(
+                "a task that is closed cannot be cancelled: its pull request was closed on GitHub "
+                "meanwhile; there is nothing left to withdraw",
+                field="status",
+            )
+        return moved
+
+    def finish_withdrawal(self, task: Task, data: Mapping[str, Any], *, now: datetime) -> bool:
+        """The loop closed the withdrawn task's pull request (or found nothing to close): clear
+        `pr_close_pending`, take the task out of the live index and record a `pr_closed` event,
+        in one transaction conditional on the marker. False when it was already clear (a
+        retried tick, or a merge that ended the wait meanwhile)."""
+        current = task
+        for _ in range(APPEND_ATTEMPTS):
+            if not current.pr_close_pending:
+                return False
+            seq = current.event_seq + 1
+            actions: list[Any] = [
+                {
+                    "Update": {
+                        "TableName": self._tables.name(TASKS),
+                        "Key": {"task_id": task.id},
+                        "UpdateExpression": "SET event_seq = :seq, updated_at = :now "
+                        "REMOVE pr_close_pending, live_user",
+                        "ConditionExpression": "pr_close_pending = :on AND event_seq = :prev",
+                        "ExpressionAttributeValues": {
+                            ":seq": seq,
+                            ":prev": current.event_seq,
+                            ":on": True,
+                            ":now": iso(now),
+                        },
+                    }
+                },
+                self._event_put(task, seq, "pr_closed", dict(data), now),
+            ]
+            try:
+                self._tables.client.transact_write_items(TransactItems=actions)
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                current = self.require(task.id)
+                continue
+            return True
+        raise Conflict(f"task {task.id} kept changing; retry")
 
     def request_retry(self, task: Task, *, now: datetime) -> None:
         """Ask the loop for another attempt of a finished task's item: the item goes back to

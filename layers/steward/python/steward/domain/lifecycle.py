@@ -140,7 +140,9 @@ TASK_SOURCES: dict[TaskStatus, frozenset[TaskStatus]] = {
     T.REVIEW: frozenset({T.RUNNING, T.FAILED}),
     # a pull request event (webhook or resync): merged, also after Steward saw it closed
     T.MERGED: frozenset({T.RUNNING, T.REVIEW, T.FAILED, T.CLOSED}),
-    # a pull request event (webhook or resync): closed unmerged
+    # a pull request event (webhook or resync): closed unmerged; from review also a
+    # person's cancel, which withdraws the task (`cancel_target`; the loop then closes its
+    # pull request)
     T.CLOSED: frozenset({T.RUNNING, T.REVIEW, T.FAILED}),
     # the runtime's failed finish (from running); the reaper (queued past its launch grace,
     # running without heartbeats)
@@ -156,6 +158,30 @@ TASK_INITIAL = frozenset({T.QUEUED})
 # The statuses of a task a person may retry (`TaskStore.request_retry`), and that a retry
 # spawn requires of the previous task (`TaskStore.spawn`).
 RETRYABLE_TASK_STATUSES = frozenset({T.FAILED, T.CLOSED, T.CANCELLED})
+
+
+# The statuses a person's cancel moves (`TaskStore.cancel`): queued and running tasks are
+# cancelled; a task in review is withdrawn (closed, reason `withdrawn`, final).
+CANCELLABLE = frozenset({T.QUEUED, T.RUNNING})
+WITHDRAWABLE = frozenset({T.REVIEW})
+WITHDRAWN = "withdrawn"  # the reason of a task a person cancelled while it was in review
+
+
+def cancel_target(status: TaskStatus, *, reason: str | None = None) -> TaskStatus:
+    """The status a person's cancel moves a task in `status` (with `reason`) to: cancelled
+    from queued or running, closed (withdrawn) from review. Replays are no-ops: a cancelled
+    task stays cancelled, a withdrawn one closed. Anything else is a LifecycleError that
+    says why: a merged pull request cannot be withdrawn."""
+    if status in CANCELLABLE or status is T.CANCELLED:
+        return T.CANCELLED
+    if status in WITHDRAWABLE or (status is T.CLOSED and reason == WITHDRAWN):
+        return T.CLOSED
+    why = {
+        T.MERGED: "its pull request was merged; a merged task cannot be cancelled or withdrawn",
+        T.CLOSED: "its pull request was closed on GitHub; there is nothing left to withdraw",
+        T.FAILED: "it has failed already; `steward task retry` asks for another attempt",
+    }
+    raise LifecycleError(f"a task that is {status.value} cannot be cancelled: {why[status]}", field="status")
 
 
 def task_change_allowed(old: TaskStatus, new: TaskStatus) -> bool:

@@ -217,6 +217,11 @@ class Task(BaseModel):
     github_observed_at: datetime | None = None
     github_etag: str | None = None
     kind: PlanKind = PlanKind.WORK  # its plan's, copied at spawn (`steward.domain.tasks:task_for`)
+    # A withdrawn task (a person's cancel in review) whose pull request the loop has yet to
+    # comment on and close (`steward.services.withdrawal`), and who withdrew it. While set,
+    # the task stays in the `live_by_user` index, so the loop keeps looking.
+    pr_close_pending: bool = False
+    withdrawn_by: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -240,6 +245,7 @@ class Task(BaseModel):
             "model": self.model,
             "budget_usd": str(self.budget_usd),
             "pr_url": self.pr_url,
+            "pr_close_pending": self.pr_close_pending,
             "cost_usd": str(self.cost_usd),
             "over_reported_usd": str(self.over_reported_usd),
             "created_at": iso(self.created_at),

@@ -23,6 +23,13 @@ ends it at its deadline. What the loop still does for a fixture: cancel its live
 its plan is archived (what archiving any plan asks), and keep its owner in the liveness
 index while the task is in review (someone opened a pull request with its GitHub token):
 that pull request is GitHub's like any other, and the heartbeat's resync observes it.
+
+Withdrawal: a task a person cancelled in review is closed at once (reason `withdrawn`) and
+marked `pr_close_pending`; it stays among the observed live tasks until its pull request is
+closed. The desired state of its pull request is closed, so each such task gets a
+`ClosePull` until the mark is cleared, whatever became of its plan (archived, completed).
+Finished tasks are otherwise not live work: they hold no slot, are not cancelled again, and
+keep no plan from completing.
 """
 
 from __future__ import annotations
@@ -87,7 +94,15 @@ class RepairItem:
     task_id: str
 
 
-Action = Spawn | Launch | Cancel | MarkInProgress | CompletePlan | RepairItem
+@dataclass(frozen=True)
+class ClosePull:
+    """The task was withdrawn in review and its pull request is still to be closed (with a
+    comment saying why); applied through the GitHub adapter, which clears the mark."""
+
+    task_id: str
+
+
+Action = Spawn | Launch | Cancel | MarkInProgress | CompletePlan | RepairItem | ClosePull
 
 
 @dataclass(frozen=True)
@@ -155,6 +170,7 @@ def _max_attempts(plan: Plan) -> int:
 
 def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, policy: Policy) -> Decision:
     del now  # part of the contract; today's rules need no clock beyond the policy's cap
+    closing = [ClosePull(t.id) for t in live_tasks if t.pr_close_pending]
     archived_fixtures = {
         p.id for p in plans if p.kind is PlanKind.FIXTURE and p.status is PlanStatus.ARCHIVED
     }
@@ -165,10 +181,11 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     ]
     fixture_in_review = any(t.kind is PlanKind.FIXTURE and t.status is TaskStatus.REVIEW for t in live_tasks)
     plans = [p for p in plans if p.kind is PlanKind.WORK]
-    live_tasks = [t for t in live_tasks if t.kind is PlanKind.WORK]
+    live_tasks = [t for t in live_tasks if t.kind is PlanKind.WORK and not t.terminal]
     live_by_id = {t.id: t for t in live_tasks}
     candidates: list[Spawn] = []
-    live_work = bool(live_tasks) or fixture_in_review or bool(actions)  # actions: the fixtures' cancels
+    # actions so far: the fixtures' cancels
+    live_work = bool(live_tasks or closing) or fixture_in_review or bool(actions)
 
     for plan in sorted(plans, key=lambda p: (p.created_at, p.slug)):
         plan_tasks = [t for t in live_tasks if t.plan_id == plan.id]
@@ -210,6 +227,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     allowed = 0 if policy.spawning_stopped else min(slots, policy.spawns_left)
     actions += candidates[:allowed]
     actions += [Launch(t.id) for t in live_tasks if t.status is TaskStatus.QUEUED and t.launched_at is None]
+    actions += closing
     waiting = tuple(candidates[allowed:])
     return Decision(
         actions=tuple(actions),
@@ -217,8 +235,9 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
         live_work=live_work,
         waiting=waiting,
         # Nothing advances a watermark when the brake is released: spawns it held keep the
-        # loop looking.
-        settles=not any(isinstance(a, RepairItem) for a in actions)
+        # loop looking. A closed pull request changes the next decision without a lifecycle
+        # event too (the task leaves the live index): the next tick looks again.
+        settles=not any(isinstance(a, RepairItem | ClosePull) for a in actions)
         and not (policy.spawning_stopped and waiting),
     )
 

@@ -91,8 +91,12 @@ def for_item(
 def for_task(
     task: Task, state: LoopState, live: Sequence[Task], now: datetime, *, installation_suspended: bool = False
 ) -> Waiting | None:
-    """Why `task` waits, or None: only a queued task that no runtime was started for yet
-    waits on the loop (a launched one is starting; running and review are progressing)."""
+    """Why `task` waits, or None: a queued task that no runtime was started for yet waits on
+    the loop (a launched one is starting; running and review are progressing), and so does a
+    withdrawn one whose pull request the loop has yet to close."""
+    if task.pr_close_pending:
+        found = _loop_gates(state, now, installation_suspended) or _next_tick(state)
+        return Waiting(found.reason, found.until, f"the loop closes its pull request ({found.detail})")
     if task.status is not TaskStatus.QUEUED or task.launched_at is not None:
         return None
     return _loop_gates(state, now, installation_suspended) or _next_tick(state)

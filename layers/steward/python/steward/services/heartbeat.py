@@ -13,6 +13,9 @@ item by publish and removed by the spawn itself): that task is cancelled if it i
 queued or running (the confirm's own cancel was lost), and a cancelled one has its runtime
 stopped, so a runtime cancelled by the confirm in the API, which has no launcher, is
 stopped before its successor starts. A task that reached review is left alone.
+
+A task a person withdrew in review (`pr_close_pending`) has its pull request commented on
+and closed through the GitHub App (`ClosePull`, `steward.services.withdrawal`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from steward.domain.reconcile import (
     SUPERSEDED,
     Action,
     Cancel,
+    ClosePull,
     CompletePlan,
     Launch,
     MarkInProgress,
@@ -48,6 +52,7 @@ from steward.domain.reconcile import (
 from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
 from steward.services.launching import launch_task
 from steward.services.resync import Resync, Sweep
+from steward.services.withdrawal import Withdrawals
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +88,7 @@ class Heartbeat:
     clock: Callable[[], datetime] = utcnow
     owner: str = ""
     resync: Resync | None = None  # None: GitHub is not observed (no App configured)
+    withdrawals: Withdrawals | None = None  # None: no App to close withdrawn pull requests with
     # The operators' global brake (`steward.services.brake.CachedBrake.engaged`): no spawns.
     brake: Callable[[], bool] = field(default=lambda: False)
 
@@ -201,6 +207,10 @@ class _Apply:
             found = beat.tasks.get(action.task_id)
             if found is not None:
                 beat.tasks.project_item(found, now=self.now)
+        elif isinstance(action, ClosePull):
+            if beat.withdrawals is None:
+                raise Conflict("no GitHub App is configured: a withdrawn pull request cannot be closed")
+            beat.withdrawals.close(action.task_id, now=self.now)
 
     def _cancel(self, task: Task, reason: str) -> Task:
         """Cancel `task` (a no-op if it already is) and stop its runtime."""
