@@ -13,10 +13,11 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -25,6 +26,7 @@ from steward.adapters.dynamo import Tables
 from steward.adapters.installation_store import InstallationStore
 from steward.domain.installations import Installation
 from steward.domain.models import utcnow
+from steward.local.github_twin import admin
 from steward.local.sample_repo import SAMPLE_REPO
 
 from tests.support.documents import document
@@ -524,6 +526,65 @@ def test_a_merge_whose_webhook_is_withheld_reaches_merged_through_resync(
     ]
     sources = [e["data"].get("source") for e in events if e["type"] == "github_event"]
     assert sources[-1] == "resync"
+
+
+def test_task_cancel_in_review_withdraws_it_and_the_loop_closes_its_pull_request(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """`steward task cancel` on a task in review withdraws it (closed, reason withdrawn); the
+    loop then comments on its pull request on the twin and closes it. Cancelling a merged
+    task is still a 409."""
+    _, state_file = local_up
+    state = json.loads(state_file.read_text())
+    repo = "steward-demo/calculator"
+    alice = {"Authorization": f"Bearer {state['users']['alice']}"}
+    httpx.put(f"{state['api_url']}/v1/loop", json={"interval_seconds": 1}, headers=alice, timeout=30)
+
+    def task(task_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = httpx.get(
+            f"{state['api_url']}/v1/tasks/{task_id}", headers=alice, timeout=30
+        ).json()
+        return found
+
+    def wait_for(check: Callable[[], bool], seconds: float = 20) -> None:
+        deadline = time.monotonic() + seconds
+        while not check() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert check()
+
+    withdrawn_id, number, html_url = opened_pull_request(state_file, tmp_path / "w")
+    wait_for(lambda: task(withdrawn_id)["status"] == "review")
+    cancelled = run(state_file, "task", "cancel", withdrawn_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert f"withdrawn: task {withdrawn_id}" in cancelled.stdout
+    assert f"the loop closes {html_url} with a comment at its next tick" in cancelled.stdout
+    shown = run(state_file, "task", "show", withdrawn_id)
+    assert re.search(r"status:\s+closed", shown.stdout)
+    assert re.search(r"reason:\s+withdrawn", shown.stdout)
+
+    def closed_on_the_twin() -> bool:
+        pull = next(p for p in admin.pulls(state["github_url"], repo) if p["number"] == number)
+        return pull["state"] == "closed" and not task(withdrawn_id)["pr_close_pending"]
+
+    wait_for(closed_on_the_twin)
+    [comment] = admin.comments(state["github_url"], repo, number)
+    assert comment["body"].startswith("Withdrawn by `alice` through Steward")
+    events = run(state_file, "--json", "task", "events", withdrawn_id)
+    assert [e["type"] for e in json.loads(events.stdout)["events"]][-2:] == ["withdrawn", "pr_closed"]
+    again = run(state_file, "task", "cancel", withdrawn_id)  # the same ask: nothing more
+    assert again.returncode == 0, again.stderr
+    assert f"the loop has closed {html_url}" in again.stdout
+
+    merged_id, merged_number, _ = opened_pull_request(state_file, tmp_path / "m")
+    wait_for(lambda: task(merged_id)["status"] == "review")
+    assert run(state_file, "local", "github", "merge", f"{repo}#{merged_number}").returncode == 0
+    wait_for(lambda: task(merged_id)["status"] == "merged")
+    refused = run(state_file, "--json", "task", "cancel", merged_id)
+    assert refused.returncode == 1
+    error = json.loads(refused.stdout)["error"]
+    assert error["code"] == "lifecycle"
+    assert "merged" in error["message"]
+    assert admin.comments(state["github_url"], repo, merged_number) == []
 
 
 def steward(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -163,8 +163,23 @@ def cmd_task_show(args: argparse.Namespace) -> int:
 
 
 def cmd_task_cancel(args: argparse.Namespace) -> int:
+    """Cancel a queued or running task; a task in review is withdrawn instead (closed, and
+    the loop closes its pull request with a comment)."""
     result = _client(args).request("POST", f"/v1/tasks/{args.id}/cancel")
-    return _emit(args, result, lambda d: render_task(d.get("task", d)))
+
+    def render(data: dict[str, Any]) -> str:
+        task = data.get("task", data)
+        if task.get("status") != "closed" or task.get("reason") != "withdrawn":
+            return render_task(task)
+        pull = task.get("pr_url") or "its pull request"
+        then = (
+            f"the loop closes {pull} with a comment at its next tick"
+            if task.get("pr_close_pending")
+            else f"the loop has closed {pull}"
+        )
+        return f"withdrawn: task {task['id']} (item #{task['ordinal']} of plan {task['plan_slug']}) is closed; {then}"
+
+    return _emit(args, result, render)
 
 
 def cmd_task_retry(args: argparse.Namespace) -> int:
@@ -686,7 +701,7 @@ def _add_task_commands(sub: Any) -> None:
     p = task.add_parser("retry", help="ask the loop for another attempt of a finished task's item")
     p.add_argument("id")
     p.set_defaults(func=cmd_task_retry)
-    p = task.add_parser("cancel")
+    p = task.add_parser("cancel", help="cancel a queued or running task; withdraw one in review")
     p.add_argument("id")
     p.set_defaults(func=cmd_task_cancel)
     p = task.add_parser("events", help="the task's events in order")
