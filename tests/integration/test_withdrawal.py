@@ -23,6 +23,7 @@ from steward.domain.errors import LifecycleError
 from steward.domain.installations import Installation
 from steward.domain.models import ItemStatus, PlanStatus, Task, TaskStatus, utcnow
 from steward.domain.resync import ResyncPolicy
+from steward.domain.tasks import SpawnRefused, task_for
 from steward.domain.webhooks import WebhookSecret
 from steward.local.github_twin import Delivery, GitHubTwin
 from steward.local.github_twin.webhooks import signature_256
@@ -408,3 +409,25 @@ def test_cancelling_a_merged_or_github_closed_task_is_a_409_that_says_why(
         assert refused.value.code == "lifecycle"
         assert not loop.tasks.require(task.id).pr_close_pending
     assert bodies(twin, merged) == bodies(twin, closed) == []
+
+
+def test_a_retry_of_a_withdrawn_task_spawns_only_once_its_pull_request_is_closed(
+    loop: Loop, twin: GitHubTwin, app: GitHubApp, installation: int
+) -> None:
+    [task] = in_review(loop, twin, app, installation, "Change module 1")
+    loop.services.tasks.cancel("alice", task.id)
+    loop.services.tasks.retry("alice", task.id)  # the person asks again at once
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    item = plan.items[0]
+    with pytest.raises(SpawnRefused, match="withdrawn pull request is not closed yet"):
+        loop.tasks.spawn(
+            task_for(plan, item, attempt=2, now=loop.clock()), previous_task_id=task.id, now=loop.clock()
+        )
+    tick(loop)  # closes the pull request; the retry waits for it
+    assert pull_state(twin, task) == ("closed", False)
+    assert [t.attempt for t in loop.tasks.live_for_user("alice")] == []
+    tick(loop)
+    [retried] = loop.tasks.live_for_user("alice")
+    assert (retried.attempt, retried.status) == (2, TaskStatus.QUEUED)
+    assert retried.branch != task.branch  # its own branch, and later its own pull request

@@ -58,6 +58,7 @@ class Loop:
             launcher=self.heartbeat.launcher,
             clock=self.clock,
             resync=self.heartbeat.resync,
+            withdrawals=self.heartbeat.withdrawals,
         )
 
 

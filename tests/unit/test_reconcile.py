@@ -363,7 +363,6 @@ def test_a_live_task_of_a_superseded_revision_is_cancelled_while_queued_or_runni
     assert new_revision == ([(2, 1, None, old.id)] if edited else []), case
 
 
-<<<<<<< HEAD
 def fixture(plan: Plan) -> Plan:
     """`plan` as `steward local capability` makes it (`PlanKind.FIXTURE`)."""
     return plan.model_copy(update={"kind": PlanKind.FIXTURE})
@@ -400,7 +399,8 @@ def test_archiving_a_local_fixture_cancels_its_live_task() -> None:
     assert cancelling.actions == (Cancel(fixture_task.id, "plan archived"),)
     assert cancelling.live_work  # until the cancel lands
     assert reconcile([archived], [in_review], NOW, OPEN).actions == ()  # its pull request stays
-=======
+
+
 # ---- withdrawal: a task cancelled in review is closed; the loop closes its pull request
 
 
@@ -436,4 +436,12 @@ def test_a_closed_pull_request_ends_the_withdrawal_and_the_loop_settles() -> Non
     assert reconcile([plan], [task], NOW, OPEN).actions == (ClosePull(task.id),)
     done = reconcile([plan], [], NOW, OPEN)
     assert (done.actions, done.live_work, done.settles) == ((), False, True)
->>>>>>> 281abb1 (Cancelling a task in review withdraws it: closed, reason withdrawn, marked pr_close_pending in the same conditional write (a merge that lands first makes it a 409 that says so; one after moves it to merged); the loop's ClosePull comments on Steward's own pull request, closes it and clears the mark, idempotent across crashes)
+
+
+def test_a_retry_of_a_withdrawn_task_waits_until_its_pull_request_is_closed() -> None:
+    plan, task = withdrawn(make_plan("A", status=PlanStatus.IN_PROGRESS), 1)
+    plan = with_item(plan, 1, status=ItemStatus.PENDING, retry_requested=True, attempt=1)
+    assert reconcile([plan], [task], NOW, OPEN).actions == (ClosePull(task.id),)
+    assert [(s.attempt, s.previous_task_id) for s in spawns(reconcile([plan], [], NOW, OPEN).actions)] == [
+        (2, task.id)
+    ]

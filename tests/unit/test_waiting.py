@@ -133,7 +133,6 @@ def test_only_a_queued_task_not_yet_launched_waits_on_the_loop() -> None:
         assert for_task(task, state(paused=True), [task], NOW) is None
 
 
-<<<<<<< HEAD
 def test_a_local_fixtures_task_holds_no_slot_in_the_reason_shown() -> None:
     plan, work = running(make_plan("A", "B"), 1)
     relay, fixture = running(
@@ -159,7 +158,8 @@ def test_an_item_whose_task_just_spawned_does_not_wait_on_the_slot_it_holds() ->
     waits = for_item(plan, item(plan, 2), state(max_parallel=1), [own], NOW)
     assert waits is not None
     assert waits.reason == "max_parallel"
-=======
+
+
 def test_a_withdrawn_task_waits_for_the_loop_to_close_its_pull_request() -> None:
     plan = make_plan("A")
     closing = task_of(plan, 1, status=TaskStatus.CLOSED).model_copy(
@@ -174,4 +174,3 @@ def test_a_withdrawn_task_waits_for_the_loop_to_close_its_pull_request() -> None
     assert paused.reason == "paused"
     closed = closing.model_copy(update={"pr_close_pending": False})
     assert for_task(closed, state(), [], NOW) is None
->>>>>>> 281abb1 (Cancelling a task in review withdraws it: closed, reason withdrawn, marked pr_close_pending in the same conditional write (a merge that lands first makes it a 409 that says so; one after moves it to merged); the loop's ClosePull comments on Steward's own pull request, closes it and clears the mark, idempotent across crashes)

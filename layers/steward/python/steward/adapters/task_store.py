@@ -201,8 +201,9 @@ class TaskStore:
             actions.append({"Update": spawn_charge_update(self._tables, task.user, charge, now=now)})
         if previous_task_id is not None:
             # The item's status is only a projection, which may have been lost: the previous
-            # task itself must still be finished without a pull request under review.
-            actions.append({"ConditionCheck": self._retryable_condition(previous_task_id)})
+            # task itself must still be finished without a pull request under review (nor one
+            # withdrawn and not closed yet: an item never has two open pull requests).
+            actions.append({"ConditionCheck": self._retryable_condition(previous_task_id, settled=True)})
         try:
             self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
         except ClientError as exc:
@@ -226,16 +227,22 @@ class TaskStore:
                 ) from exc
             if previous_task_id is not None and reasons[-1].get("Code") == "ConditionalCheckFailed":
                 raise SpawnRefused(
-                    "the item's previous task is no longer finished (a pull request revived it)",
+                    "the item's previous task is no longer finished (a pull request revived it), "
+                    "or its withdrawn pull request is not closed yet",
                     reason="plan",
                 ) from exc
             raise Conflict("a concurrent write touched the same items; retry") from exc
         return task, True
 
-    def _retryable_condition(self, task_id: str, *, user: str | None = None) -> dict[str, Any]:
-        """The task (of `user`, when given) is failed, cancelled or closed: what may be retried."""
+    def _retryable_condition(
+        self, task_id: str, *, user: str | None = None, settled: bool = False
+    ) -> dict[str, Any]:
+        """The task (of `user`, when given) is failed, cancelled or closed: what may be retried;
+        `settled`: and no withdrawn pull request of it waits to be closed."""
         values = {f":r{n}": s.value for n, s in enumerate(sorted(lifecycle.RETRYABLE_TASK_STATUSES))}
         condition = f"#s IN ({', '.join(values)})"
+        if settled:
+            condition += " AND attribute_not_exists(pr_close_pending)"
         names = {"#s": "status"}
         if user is not None:
             condition = "#u = :u AND " + condition

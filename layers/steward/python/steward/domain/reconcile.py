@@ -29,7 +29,8 @@ marked `pr_close_pending`; it stays among the observed live tasks until its pull
 closed. The desired state of its pull request is closed, so each such task gets a
 `ClosePull` until the mark is cleared, whatever became of its plan (archived, completed).
 Finished tasks are otherwise not live work: they hold no slot, are not cancelled again, and
-keep no plan from completing.
+keep no plan from completing. A retry of a withdrawn task waits until its pull request is
+closed, so an item never has two open pull requests.
 """
 
 from __future__ import annotations
@@ -182,6 +183,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     fixture_in_review = any(t.kind is PlanKind.FIXTURE and t.status is TaskStatus.REVIEW for t in live_tasks)
     plans = [p for p in plans if p.kind is PlanKind.WORK]
     live_tasks = [t for t in live_tasks if t.kind is PlanKind.WORK and not t.terminal]
+    closing_ids = {c.task_id for c in closing}
     live_by_id = {t.id: t for t in live_tasks}
     candidates: list[Spawn] = []
     # actions so far: the fixtures' cancels
@@ -207,7 +209,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
         spawns = [
             replace(s, plan_slug=plan.slug)
             for i in plan.active_items
-            if (s := next_spawn(i, max_attempts)) is not None
+            if (s := next_spawn(i, max_attempts)) is not None and s.previous_task_id not in closing_ids
         ]
         actions += repairs
         candidates += spawns
