@@ -132,6 +132,12 @@ class Checker:
                 continue
             if pull["state"] == "open":
                 open_per_item[(row["plan_slug"], row["item_key"], int(row["revision"]))] += 1
+                if row.get("reason") == "withdrawn" and not row.get("pr_close_pending"):
+                    problems.append(
+                        f"pull request #{pull['number']} open after its task's withdrawal closed it"
+                    )
+            if len(self.w.twin.comments(self.w.repo, pull["number"])) > 1:
+                problems.append(f"pull request #{pull['number']} has more than one withdrawal comment")
             required = set(row.get("checks") or ())
             if not required <= self.passed.get(row["task_id"], set()):
                 problems.append(f"pull request #{pull['number']} without every required check passed")
@@ -143,7 +149,8 @@ class Checker:
         return problems
 
     def _liveness(self, plans: dict[str, dict[str, Any]], tasks: dict[str, dict[str, Any]]) -> list[str]:
-        live_tasks = any(r["status"] in LIVE_TASKS for r in tasks.values())
+        # a withdrawn task whose pull request the loop has yet to close is live work too
+        live_tasks = any(r["status"] in LIVE_TASKS or r.get("pr_close_pending") for r in tasks.values())
         open_plans = any(
             p["status"] in ACTIVE_PLANS
             and any(
@@ -205,13 +212,15 @@ def converge(machine: ControlPlane) -> None:
     """Faults stop; the person lets the loop run and a reviewer merges every pull request. A
     bounded number of rounds (each: a resync period and a reaper grace pass, a tick, the
     runtimes run, webhooks arrive) brings every confirmed plan to a terminal state, and every
-    merged pull request is recorded on its task."""
+    merged pull request is recorded on its task. Once, the person withdraws the oldest task
+    in review instead of letting it be merged: the loop closes its pull request."""
     w = machine.w
     w.board.reset()
     w.board.armed.clear()
     w.twin.faults.reset()
     settings = LoopSettingsUpdate(paused=False, daily_spawn_cap=100, max_parallel=3)
     w.users.update_loop_settings(USER, settings, now=w.clocks.of("api")(), clear_quiet_hours=True)
+    withdrew = False
     for _ in range(CONVERGENCE_ROUNDS):
         if _settled(machine):
             return
@@ -223,8 +232,13 @@ def converge(machine: ControlPlane) -> None:
                 if not runtime.alive:
                     break
                 machine._act(lambda runtime=runtime: machine._step(runtime, "ok"))
+        review = machine._task_rows("review")
+        if review and not withdrew:
+            withdrew = True
+            machine._act(lambda review=review: w.task_service.cancel(USER, review[0]["task_id"]))
+        closing = {str(r["branch"]) for r in w.rows("tasks") if r.get("pr_close_pending")}
         for pull in w.twin.pull_states(w.repo):
-            if pull["state"] == "open":
+            if pull["state"] == "open" and pull["head_ref"] not in closing:  # withdrawn: the loop's
                 w.twin.merge(w.repo, pull["number"])
         for pending in w.pending_deliveries():  # in order: each opening, then each merge
             machine._act(lambda pending=pending: w.send(pending))
@@ -239,6 +253,8 @@ def _settled(machine: ControlPlane) -> bool:
     w = machine.w
     if any(r["status"] in ACTIVE_PLANS for r in w.rows("plans")):
         return False
+    if any(r.get("pr_close_pending") for r in w.rows("tasks")):
+        return False  # a withdrawn pull request is still to be closed
     tasks = {str(r["branch"]): r for r in w.rows("tasks")}
     for pull in w.twin.pull_states(w.repo):
         row = tasks.get(pull["head_ref"])

@@ -610,7 +610,7 @@ class ControlPlane(RuleBasedStateMachine):
         self.w.heartbeats["b"].tick(USER)
 
     def _do_cancel_live(self) -> None:
-        rows = self._task_rows("queued", "running")
+        rows = self._task_rows("queued", "running", "review")  # a task in review is withdrawn
         if rows:
             self.w.task_service.cancel(USER, rows[0]["task_id"])
 

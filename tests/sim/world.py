@@ -68,6 +68,7 @@ from steward.services.resync import Resync
 from steward.services.runtime import RuntimeService
 from steward.services.tasks import TaskService
 from steward.services.webhooks import WebhookReceiver
+from steward.services.withdrawal import Withdrawals
 from steward.tables import ALL_TABLES
 
 from tests.sim.faults import WRITES, FaultBoard
@@ -333,6 +334,7 @@ class World:
             github=lambda: run.app,
             policy=ResyncPolicy(period=RESYNC_PERIOD, max_calls=10),
         )
+        self.withdrawals = Withdrawals(self.tasks, installations, github=lambda: run.app)
         tickets = TicketStore(tables)
 
         def heartbeat(component: str) -> Heartbeat:
@@ -345,6 +347,7 @@ class World:
                 clock=clock(component),
                 owner=f"hb-{component}",
                 resync=self.resync,
+                withdrawals=self.withdrawals,
             )
 
         self.heartbeats = {"a": heartbeat("heartbeat"), "b": heartbeat("heartbeat_b")}
