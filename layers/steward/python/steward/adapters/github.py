@@ -224,9 +224,11 @@ class RepositoryClient:
             found = [
                 PullRef(p.number, p.html_url, p.state, p.merged_at is not None)
                 for p in response.parsed_data
-                # only the branch of this repository, whatever the filter let through
+                # only the branch of this repository (a deleted fork's has no repository),
+                # whatever the filter let through
                 if p.head.ref == branch
-                and (p.head.repo is None or p.head.repo.full_name.lower() == repo.lower())
+                and p.head.repo is not None
+                and p.head.repo.full_name.lower() == repo.lower()
             ]
             found.sort(key=lambda p: (p.state != "open", p.number))
             return found[0] if found else None
