@@ -42,10 +42,10 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, InvalidOperation
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
@@ -306,12 +306,30 @@ class TaskDocument:
     @property
     def content_hash(self) -> str:
         """What a confirmation approves: front matter and items in order, not layout or title."""
-        canonical = {
-            "front_matter": self.front_matter.model_dump(mode="json"),
-            "items": [[item.checked, item.title, item.details] for item in self.items],
-        }
-        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return content_hash_of(self.front_matter.model_dump(mode="json"), self.items)
+
+
+class _ItemText(Protocol):
+    """What of an item is approved (a parsed checkbox and a stored plan item both have it)."""
+
+    @property
+    def checked(self) -> bool: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def details(self) -> str: ...
+
+
+def content_hash_of(front_matter: Mapping[str, Any], items: Iterable[_ItemText]) -> str:
+    """The content hash of a front matter (as `FrontMatter.model_dump(mode="json")` gives it,
+    the form a plan stores) and items in order: `TaskDocument.content_hash`, computed from
+    what a stored plan or a kept document holds as well as from a parsed document."""
+    canonical = {
+        "front_matter": dict(front_matter),
+        "items": [[item.checked, item.title, item.details] for item in items],
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def parse_document(markdown: str, policy: DocumentPolicy = DocumentPolicy()) -> TaskDocument:
@@ -338,6 +356,15 @@ def parse_document(markdown: str, policy: DocumentPolicy = DocumentPolicy()) -> 
             )
             raise TooLarge(message, field=f"items[{item.ordinal}]", line=item.line)
     return TaskDocument(front_matter=front_matter, title=title, items=items, lines=key_lines)
+
+
+def parse_body(
+    text: str, policy: DocumentPolicy = DocumentPolicy()
+) -> tuple[str | None, tuple[ParsedItem, ...]]:
+    """The title and the items of a document's body (what follows its front matter), read as
+    `parse_document` reads them; line numbers count from the body's first line. For text
+    Steward wrote itself (`steward.domain.plan_diff`), so only the item count is bounded."""
+    return _body(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 0, policy)
 
 
 def check_priced(document: TaskDocument, prices: PriceTable) -> None:

@@ -64,6 +64,14 @@ class NotFound(StewardError):
     code = "not_found"
 
 
+class NoSuchContent(NotFound):
+    """A content hash (or its prefix) that was never the plan's, or content that is not kept:
+    404 like any name that does not exist, told apart from "the plan changed" (409, a hash
+    that was the plan's but is not its current one) by its code."""
+
+    code = "no_such_content"
+
+
 class LifecycleError(StewardError):
     """A transition the lifecycle of DESIGN section 3 does not allow."""
 

@@ -132,6 +132,8 @@ class Plan(BaseModel):
     # starts above it, so an item whose text comes back never reuses a task id.
     retired_revision: int = 0
     kind: PlanKind = PlanKind.WORK
+    # Its last content hashes, the current one last (`steward.domain.plans:remember_hash`).
+    content_hashes: tuple[str, ...] = ()
 
     def item(self, key: str) -> PlanItem | None:
         return next((i for i in self.items if i.key == key), None)

@@ -20,10 +20,11 @@ document's own items fit (`steward.adapters.plan_store`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from difflib import SequenceMatcher
+from typing import Generic, Protocol, TypeVar
 
 from steward.domain import lifecycle
 from steward.domain.documents import ParsedItem, TaskDocument
@@ -33,6 +34,10 @@ from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind
 
 MAX_REMOVED_ITEMS = 50  # removed items kept as history, the most recently removed
 REMOVED_TITLE_CHARS = 200  # a removed item's title is cut to this many characters
+# The content hashes a plan remembers (its last ones, the current one last): what a confirm
+# may name, so a hash that was the plan's ("the plan changed") is told from one that never
+# was ("no such content"). 20 of 64 characters take about 1.4 KB of the plan's item.
+MAX_CONTENT_HASHES = 20
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,15 @@ def _status_for_checkbox(item: PlanItem, checked: bool) -> ItemStatus:
     return item.status
 
 
-def _take(pool: list[PlanItem], text_hash: str) -> PlanItem | None:
+class _Text(Protocol):
+    @property
+    def text_hash(self) -> str: ...
+
+
+Old = TypeVar("Old", bound=_Text)
+
+
+def _take(pool: list[Old], text_hash: str) -> Old | None:
     for index, candidate in enumerate(pool):
         if candidate.text_hash == text_hash:
             return pool.pop(index)
@@ -67,18 +80,20 @@ def _take(pool: list[PlanItem], text_hash: str) -> PlanItem | None:
 
 
 @dataclass
-class _Alignment:
-    matched: dict[int, PlanItem]  # new index -> old item with the same text
-    edited: dict[int, PlanItem]  # new index -> old item whose text it replaced in place
-    gone: list[PlanItem]  # old items with no counterpart
+class Alignment(Generic[Old]):
+    matched: dict[int, Old]  # new index -> old item with the same text
+    edited: dict[int, Old]  # new index -> old item whose text it replaced in place
+    gone: list[Old]  # old items with no counterpart
+    moved: set[int] = field(default_factory=set)  # new indexes matched outside an unchanged run
 
 
-def _align(active: list[PlanItem], removed: list[PlanItem], new: tuple[ParsedItem, ...]) -> _Alignment:
+def align(active: Sequence[Old], removed: list[Old], new: Sequence[_Text]) -> Alignment[Old]:
     """Pair old and new items: unchanged runs by sequence alignment, then moves by exact text
-    (including removed items coming back), then what is left in a replaced run, in order,
-    as in-place edits."""
-    out = _Alignment(matched={}, edited={}, gone=[])
-    blocks: list[tuple[list[PlanItem], list[int]]] = []
+    (including removed items coming back: those are taken out of `removed`), then what is
+    left in a replaced run, in order, as in-place edits. Publish merges by it, and
+    `steward.domain.plan_diff` shows a person the same pairing."""
+    out: Alignment[Old] = Alignment(matched={}, edited={}, gone=[])
+    blocks: list[tuple[list[Old], list[int]]] = []
     opcodes = SequenceMatcher(
         None, [i.text_hash for i in active], [i.text_hash for i in new], autojunk=False
     ).get_opcodes()
@@ -86,13 +101,14 @@ def _align(active: list[PlanItem], removed: list[PlanItem], new: tuple[ParsedIte
         if tag == "equal":
             out.matched.update(zip(range(j1, j2), active[i1:i2], strict=True))
         else:  # replace, delete, insert: one block of old and new items to pair up
-            blocks.append((active[i1:i2], list(range(j1, j2))))
+            blocks.append((list(active[i1:i2]), list(range(j1, j2))))
             out.gone.extend(active[i1:i2])
     for _, new_indexes in blocks:
         for j in new_indexes:
             found = _take(out.gone, new[j].text_hash) or _take(removed, new[j].text_hash)
             if found is not None:
                 out.matched[j] = found
+                out.moved.add(j)
     for old_block, new_indexes in blocks:
         left_old = [i for i in old_block if any(i is g for g in out.gone)]
         left_new = [j for j in new_indexes if j not in out.matched]
@@ -149,7 +165,7 @@ def merge_items(
     active = sorted((i for i in old if not i.removed), key=lambda i: i.ordinal)
     removed = [i for i in old if i.removed]
     taken = {i.key for i in active} | {i.key for i in removed}
-    alignment = _align(active, removed, new)
+    alignment = align(active, removed, new)
 
     result: list[PlanItem] = []
     for j, parsed in enumerate(new):
@@ -236,6 +252,7 @@ def publish(
     )
     items = merged.items
     front_matter = document.front_matter.model_dump(mode="json")
+    hashes = remember_hash(existing, content_hash) if existing else (content_hash,)
     if existing is None:
         plan = Plan(
             id=plan_id,
@@ -251,6 +268,7 @@ def publish(
             updated_at=now,
             retired_revision=merged.retired_revision,
             kind=kind,
+            content_hashes=hashes,
         )
     else:
         plan = existing.model_copy(
@@ -263,9 +281,21 @@ def publish(
                 "items": items,
                 "updated_at": now,
                 "retired_revision": merged.retired_revision,
+                "content_hashes": hashes,
             }
         )
     return PublishResult(plan, changed=True)
+
+
+def remember_hash(plan: Plan, content_hash: str) -> tuple[str, ...]:
+    """The plan's content hashes once `content_hash` is its content: it goes last (once), the
+    oldest go beyond `MAX_CONTENT_HASHES`. A plan stored before hashes were remembered starts
+    from its current and approved ones."""
+    known = plan.content_hashes or tuple(
+        dict.fromkeys(h for h in (plan.approved_hash, plan.content_hash) if h)
+    )
+    kept = (*(h for h in known if h != content_hash), content_hash)
+    return kept[-MAX_CONTENT_HASHES:]
 
 
 # The statuses an item ends in; a plan's outcome counts every one, so a plan whose items all
