@@ -112,7 +112,9 @@ def main() -> None:
         settings = Settings(table_prefix="bench-")
         tables = Tables.connect(settings.table_prefix, region_name="us-east-1")
         tables.create_all()
-        services = Services.build(settings, tables, ArtifactStore("bench", client=boto3.client("s3")))
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="bench")  # publish keeps each content's document there
+        services = Services.build(settings, tables, ArtifactStore("bench", client=s3))
         results = {20: measure(services, 20, 200), 100: measure(services, 100, 2400)}
         runtime = measure_runtime(services)
     print("DynamoDB requests per operation (aim: publish <= 3, confirm <= 2, spawn 1)")

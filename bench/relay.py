@@ -52,9 +52,10 @@ def kit_on(moto: MotoServer, prefix: str) -> RelayKit:
     endpoint = {"endpoint_url": moto.url, "region_name": "us-east-1"}
     tables = Tables.connect(prefix, **endpoint)
     tables.create_all()
-    services = Services.build(
-        Settings(table_prefix=prefix), tables, ArtifactStore("b", client=boto3.client("s3", **endpoint))
-    )
+    s3 = boto3.client("s3", **endpoint)
+    bucket = f"{prefix.rstrip('-').lower()}-artifacts"
+    s3.create_bucket(Bucket=bucket)  # publish keeps each content's document there
+    services = Services.build(Settings(table_prefix=prefix), tables, ArtifactStore(bucket, client=s3))
     return build_relay(services, **endpoint)
 
 

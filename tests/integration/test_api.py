@@ -421,3 +421,157 @@ def test_a_waiting_item_says_why_through_the_api(stack: LocalStack, backend: Ser
     bob("PUT", "/v1/loop", {"enabled": False})
     assert reasons() == [("disabled", None)] * 2
     bob("PUT", "/v1/loop", {"enabled": True, "paused": True, "daily_spawn_cap": 20})
+
+
+# ---- reviewing a plan: what confirming approves, what changed, confirming by prefix
+
+REVIEWED = """---
+repo: octo/demo
+base: develop
+model: scripted
+budget_usd: 1.50
+checks:
+  - pytest -q
+  - ruff check .
+setup:
+  - pip install -e .
+max_attempts: 2
+---
+# Reviewed
+
+- [ ] Keep this one
+  Its details, line one.
+    and an indented line.
+- [ ] Drop this one
+- [ ] Stay where you are
+- [ ] Edit this one
+  old details
+- [ ] Move this one
+"""
+# The budget raised, an item dropped, one edited, one moved to the top, one added.
+REVISED = (
+    REVIEWED.split("# Reviewed", maxsplit=1)[0].replace("budget_usd: 1.50", "budget_usd: 2")
+    + """# Reviewed
+
+- [ ] Move this one
+- [ ] Keep this one
+  Its details, line one.
+    and an indented line.
+- [ ] Stay where you are
+- [ ] Edit this one
+  new details
+- [ ] Add this one
+"""
+)
+
+
+def test_the_plan_view_carries_what_confirming_approves(alice: Api) -> None:
+    published = alice("PUT", "/v1/plans/review-view", {"markdown": REVIEWED})
+    assert published.status_code == 200, published.text
+    plan = alice("GET", "/v1/plans/review-view").json()
+    assert (plan["base"], plan["model"], plan["budget_usd"], plan["max_attempts"]) == (
+        "develop",
+        "scripted",
+        "1.5",
+        2,
+    )
+    assert (plan["checks"], plan["setup"]) == (["pytest -q", "ruff check ."], ["pip install -e ."])
+    assert plan["items"][0]["details"] == "Its details, line one.\n  and an indented line."
+    assert [i["details"] for i in plan["items"][1:]] == ["", "", "old details", ""]
+    # A page of plans leaves details out (it must fit one Lambda answer); the rest is there.
+    listed = next(p for p in alice("GET", "/v1/plans").json()["plans"] if p["slug"] == "review-view")
+    assert "details" not in listed["items"][0]
+    assert listed["checks"] == plan["checks"]
+
+
+def test_diff_confirm_by_prefix_and_no_such_content(alice: Api, bob: Api, backend: Services) -> None:
+    first = alice("PUT", "/v1/plans/review-diff", {"markdown": REVIEWED}).json()
+    never = alice("GET", "/v1/plans/review-diff/diff").json()
+    assert (never["approved_hash"], never["current_hash"]) == (None, first["content_hash"])
+    assert [(i["ordinal"], i["change"]) for i in never["items"]] == [(n, "added") for n in range(1, 6)]
+    assert never["front_matter"]["budget_usd"] == [None, "1.5"]
+
+    # Confirm with the 12 characters the CLI prints.
+    confirmed = alice("POST", "/v1/plans/review-diff/confirm", {"content_hash": first["content_hash"][:12]})
+    assert confirmed.status_code == 200, confirmed.text
+    assert confirmed.json()["approved_hash"] == first["content_hash"]
+    same = alice("GET", "/v1/plans/review-diff/diff").json()
+    assert same == {
+        "approved_hash": first["content_hash"],
+        "current_hash": first["content_hash"],
+        "front_matter": {},
+        "items": [],
+    }
+
+    second = alice("PUT", "/v1/plans/review-diff", {"markdown": REVISED}).json()
+    assert second["status"] == "awaiting_confirmation"
+    changes = alice("GET", "/v1/plans/review-diff/diff").json()
+    assert (changes["approved_hash"], changes["current_hash"]) == (
+        first["content_hash"],
+        second["content_hash"],
+    )
+    assert changes["front_matter"] == {"budget_usd": ["1.5", "2"]}
+    assert [
+        (i["ordinal"], i["approved_ordinal"], i["title"], i["change"], i["fields"]) for i in changes["items"]
+    ] == [
+        (1, 5, "Move this one", "moved", []),
+        (4, 4, "Edit this one", "edited", ["details"]),
+        (5, None, "Add this one", "added", []),
+        (None, 2, "Drop this one", "removed", []),
+    ]
+    # What was approved is kept in the artifact bucket under the plan and its content hash.
+    kept = backend.tasks.artifacts.plan_document(first["id"], first["content_hash"])
+    assert kept is not None
+    assert "- [ ] Drop this one" in kept
+    assert "budget_usd: '1.5'" in kept
+
+    # A hash the plan had, but not its current one: the plan changed (409).
+    stale = alice("POST", "/v1/plans/review-diff/confirm", {"content_hash": first["content_hash"][:12]})
+    assert stale.status_code == 409
+    assert (error_of(stale)["code"], error_of(stale)["field"]) == ("conflict", "content_hash")
+    assert "changed" in error_of(stale)["message"]
+    # A hash the plan never had: no such content (404), whole or as a prefix.
+    for never_had in ("0" * 12, "0" * 64, "abcdef" * 2):
+        missing = alice("POST", "/v1/plans/review-diff/confirm", {"content_hash": never_had})
+        assert missing.status_code == 404, never_had
+        error = error_of(missing)
+        assert (error["code"], error["field"]) == ("no_such_content", "content_hash")
+        assert "no such content" in error["message"]
+        assert never_had[:12] in error["message"]
+    # Too short to name content, or not hex: 400 naming the field.
+    for bad in (second["content_hash"][:11], "g" * 12, "", "0" * 65):
+        refused = alice("POST", "/v1/plans/review-diff/confirm", {"content_hash": bad})
+        assert refused.status_code == 400, bad
+        assert error_of(refused)["field"] == "content_hash"
+    assert alice("GET", "/v1/plans/review-diff").json()["status"] == "awaiting_confirmation"  # none approved
+
+    reconfirmed = alice(
+        "POST", "/v1/plans/review-diff/confirm", {"content_hash": second["content_hash"][:16].upper()}
+    )
+    assert reconfirmed.status_code == 200, reconfirmed.text
+    assert reconfirmed.json()["approved_hash"] == second["content_hash"]
+    assert alice("GET", "/v1/plans/review-diff/diff").json()["items"] == []
+
+    assert bob("GET", "/v1/plans/review-diff/diff").status_code == 404
+    hidden = bob("POST", "/v1/plans/review-diff/confirm", {"content_hash": second["content_hash"][:12]})
+    assert error_of(hidden)["code"] == "not_found"  # another user's plan: not even its content
+
+
+def test_a_diff_whose_approved_content_is_not_kept_says_so(alice: Api, stack: LocalStack) -> None:
+    """Content approved before Steward kept documents (here: its document deleted)."""
+    first = alice("PUT", "/v1/plans/review-lost", {"markdown": document("One")}).json()
+    alice("POST", "/v1/plans/review-lost/confirm")
+    alice("PUT", "/v1/plans/review-lost", {"markdown": document("One", "Two")})
+    s3 = boto3.client("s3", endpoint_url=stack.state["aws_endpoint_url"], region_name=stack.state["region"])
+    s3.delete_object(
+        Bucket=Settings().artifacts_bucket, Key=f"plans/{first['id']}/{first['content_hash']}.md"
+    )
+    response = alice("GET", "/v1/plans/review-lost/diff")
+    assert response.status_code == 404
+    error = error_of(response)
+    assert (error["code"], error["field"]) == ("no_such_content", "approved_hash")
+    assert "not kept" in error["message"]
+    # Confirming the current content keeps it again.
+    current = alice("GET", "/v1/plans/review-lost").json()["content_hash"]
+    assert alice("POST", "/v1/plans/review-lost/confirm", {"content_hash": current}).status_code == 200
+    s3.head_object(Bucket=Settings().artifacts_bucket, Key=f"plans/{first['id']}/{current}.md")

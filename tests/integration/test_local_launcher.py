@@ -55,9 +55,9 @@ def backend(moto_url: str, prefix: str) -> Services:
     tables = Tables.connect(prefix, **endpoint)
     tables.create_all()
     settings = Settings(table_prefix=prefix)
-    return Services.build(
-        settings, tables, ArtifactStore(settings.artifacts_bucket, client=boto3.client("s3", **endpoint))
-    )
+    s3 = boto3.client("s3", **endpoint)
+    s3.create_bucket(Bucket=settings.artifacts_bucket)  # publish keeps each content's document there
+    return Services.build(settings, tables, ArtifactStore(settings.artifacts_bucket, client=s3))
 
 
 @pytest.fixture

@@ -40,8 +40,10 @@ def kit(server: MotoServer) -> RelayKit:
     prefix = f"c{time.monotonic_ns() % 10**9}-"
     tables = Tables.connect(prefix, **endpoint)
     tables.create_all()
+    s3 = boto3.client("s3", **endpoint)
+    s3.create_bucket(Bucket=f"{prefix}artifacts")  # publish keeps each content's document there
     services = Services.build(
-        Settings(table_prefix=prefix), tables, ArtifactStore("unused", client=boto3.client("s3", **endpoint))
+        Settings(table_prefix=prefix), tables, ArtifactStore(f"{prefix}artifacts", client=s3)
     )
     return build_relay(services, **endpoint)
 

@@ -119,6 +119,7 @@ class Services:
             tasks=tasks,
             installations=installations if publish_checks else None,
             prices=(lambda: load_price_table(settings.price_table)) if publish_checks else None,
+            documents=artifacts,
         )
         return cls(
             settings=settings,

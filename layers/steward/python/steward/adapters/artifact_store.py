@@ -1,5 +1,6 @@
 """S3 adapter for the per-task artifacts (`artifacts/{task_id}/{name}`, names and bounds in
-`steward.domain.artifacts`).
+`steward.domain.artifacts`) and the plans' kept documents (`plans/{plan_id}/{content hash}.md`,
+`steward.domain.plan_diff`: what a plan's content hashes name, written by the plan service).
 
 Reads, existence checks and presigned downloads serve the client API; presigned uploads
 serve the runtime routes, so the runtime writes its artifacts straight to S3 without any AWS
@@ -18,6 +19,7 @@ from botocore.exceptions import ClientError
 from steward.adapters import aws
 from steward.adapters.dynamo import error_code
 from steward.domain.artifacts import ARTIFACT_NAMES, SCREEN_NAME, artifact_key
+from steward.domain.plan_diff import document_key
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -93,3 +95,25 @@ class ArtifactStore:
         self._s3.put_object(
             Bucket=self.bucket, Key=self.key(task_id, name), Body=body, ContentType=content_type
         )
+
+    # ---- kept plan documents
+    def put_plan_document(self, plan_id: str, content_hash: str, text: str) -> None:
+        self._s3.put_object(
+            Bucket=self.bucket,
+            Key=document_key(plan_id, content_hash),
+            Body=text.encode("utf-8"),
+            ContentType="text/markdown; charset=utf-8",
+        )
+
+    def plan_document(self, plan_id: str, content_hash: str) -> str | None:
+        """The kept document, or None when there is none (or it is not UTF-8: not Steward's)."""
+        try:
+            body = self._s3.get_object(Bucket=self.bucket, Key=document_key(plan_id, content_hash))["Body"]
+        except ClientError as exc:
+            if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        try:
+            return body.read().decode("utf-8")
+        except UnicodeDecodeError:
+            return None

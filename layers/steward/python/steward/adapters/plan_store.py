@@ -41,8 +41,9 @@ from steward.adapters.dynamo import (
 )
 from steward.adapters.user_store import wake_update
 from steward.domain import lifecycle
-from steward.domain.errors import Conflict, NotFound, TooLarge
+from steward.domain.errors import Conflict, NoSuchContent, NotFound, TooLarge
 from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, PlanStatus, Task, iso
+from steward.domain.plan_diff import resolve_content
 from steward.tables import PLANS
 
 # What writes after a publish may add to the stored plan: per item a task link (task_id,
@@ -301,12 +302,24 @@ class PlanStore:
         raise exc
 
     def confirm(self, user: str, slug: str, *, content_hash: str | None, now: datetime) -> Plan:
-        """Approve the plan's current content (or exactly `content_hash`, if the caller says
-        what it reviewed). Confirming a confirmed plan is a success that changes nothing."""
-        extra_condition = " AND content_hash = :seen" if content_hash else ""
+        """Approve the plan's current content (or exactly the content `content_hash` names, if
+        the caller says what it reviewed: the whole hash or a prefix of at least 12 hex
+        characters, `steward.domain.plan_diff:given_hash`). Confirming a confirmed plan is a
+        success that changes nothing. A hash that is not the current content's is refused
+        with the item the failed condition returns (no extra read): "the plan changed"
+        (Conflict) for one the plan had, "no such content" (NoSuchContent) for one it never
+        had (`steward.domain.plan_diff:resolve_content`)."""
+        extra_condition = " AND begins_with(content_hash, :seen)" if content_hash else ""
 
         def already(plan: Plan) -> None:
-            if content_hash and plan.content_hash != content_hash:
+            if content_hash and not plan.content_hash.startswith(content_hash):
+                if resolve_content(plan, content_hash) is None:
+                    shown = content_hash if len(content_hash) <= 16 else content_hash[:12] + "\u2026"
+                    raise NoSuchContent(
+                        f"no such content: {shown} was never the content of plan {slug!r} "
+                        f"(its content now is {plan.content_hash[:12]})",
+                        field="content_hash",
+                    )
                 raise Conflict(
                     "the plan changed since you reviewed it; review it again", field="content_hash"
                 )

@@ -40,11 +40,14 @@ def _view(s: Services, user: str) -> WaitingView:
     )
 
 
-def _shown(s: Services, plan: Plan, seen: WaitingView | None = None) -> dict[str, Any]:
+def _shown(
+    s: Services, plan: Plan, seen: WaitingView | None = None, *, details: bool = True
+) -> dict[str, Any]:
     """A plan as the API shows it: each item says why it waits (or null), and the plan its
-    items' outcomes and what its tasks cost."""
+    items' outcomes and what its tasks cost. `details` False leaves the items' details out
+    (the list route: a page of plans must fit one Lambda answer)."""
     seen = seen or _view(s, plan.user)
-    body = plan.to_api()
+    body = plan.to_api(details=details)
     items = {item.key: item for item in plan.items}
     suspended = seen.suspended(plan.repo)
     for entry in body["items"]:
@@ -106,11 +109,16 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
         user = caller()
         plans, next_cursor = services().plans.list(user, limit=q.limit, cursor=q.cursor)
         seen = _view(services(), user)
-        return _json(200, {"plans": [_shown(services(), p, seen) for p in plans], "next": next_cursor})
+        shown = [_shown(services(), p, seen, details=False) for p in plans]
+        return _json(200, {"plans": shown, "next": next_cursor})
 
     @app.get("/v1/plans/<slug>")
     def get_plan(slug: str) -> Response[str]:
         return _json(200, _shown(services(), services().plans.get(caller(), slug)))
+
+    @app.get("/v1/plans/<slug>/diff")
+    def plan_diff(slug: str) -> Response[str]:
+        return _json(200, services().plans.diff(caller(), slug).to_api())
 
     # ---- tasks
     @app.get("/v1/tasks")

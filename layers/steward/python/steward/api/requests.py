@@ -25,8 +25,10 @@ class PublishBody(BaseModel):
 
 class ConfirmBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    # What the person reviewed; when given, confirm fails (409) if the plan changed since.
-    content_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # What the person reviewed: the content hash or its first 12 or more hex characters (the
+    # service checks its form, `steward.domain.plan_diff:given_hash`); when given, confirm
+    # fails with 409 if the plan changed since, 404 if the plan never had that content.
+    content_hash: str | None = Field(default=None, max_length=64)
 
 
 class ListQuery(BaseModel):

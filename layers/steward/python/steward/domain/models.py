@@ -142,7 +142,10 @@ class Plan(BaseModel):
     def active_items(self) -> tuple[PlanItem, ...]:
         return tuple(sorted((i for i in self.items if not i.removed), key=lambda i: i.ordinal))
 
-    def to_api(self) -> dict[str, Any]:
+    def to_api(self, *, details: bool = True) -> dict[str, Any]:
+        """The plan as the API shows it: what confirming it approves (the front matter's keys,
+        each item's details unless `details` is False) besides its state."""
+        fm = self.front_matter
         return {
             "id": self.id,
             "slug": self.slug,
@@ -152,7 +155,13 @@ class Plan(BaseModel):
             "content_hash": self.content_hash,
             "approved_hash": self.approved_hash,
             "kind": self.kind.value,
-            "front_matter": self.front_matter,
+            "front_matter": fm,
+            "base": fm.get("base"),
+            "model": fm.get("model"),
+            "budget_usd": fm.get("budget_usd"),
+            "checks": list(fm.get("checks") or ()),
+            "setup": list(fm.get("setup") or ()),
+            "max_attempts": fm.get("max_attempts", 3),
             "items": [
                 {
                     "ordinal": None if i.removed else i.ordinal,
@@ -161,6 +170,8 @@ class Plan(BaseModel):
                     "status": i.shown_status.value,
                     "task_id": i.task_id,
                     "revision": i.revision,
+                    "checked": i.checked,
+                    **({"details": i.details} if details else {}),
                 }
                 for i in (*self.active_items, *(i for i in self.items if i.removed))
             ],

@@ -18,6 +18,15 @@ budget below one minimal call (`check_priced`), and a repository that no live in
 of the user holds (one Query of the installations' by_owner index per publish). The API
 builds the service with both (`steward.wiring:Services.build`); without them (the local
 stack's fixtures, the simulation) only the document itself is checked.
+
+What a confirmation approved stays readable (`steward.domain.plan_diff`): a publish that
+changes the content writes the kept document of the new content before the plan records its
+hash (one S3 PUT; a refused or conflicting save may leave a document no hash of the plan
+names, which nothing reads), and a confirm writes the approved content's again (for content
+published before documents were kept; its failure leaves the approval standing). `diff`
+reads the approved one (one S3 GET, none when nothing changed or nothing was approved).
+Without an artifact store (the fixtures, the simulation) nothing is kept, and a diff of a
+changed plan answers that the approved content is not kept.
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.plan_store import PlanStore
 from steward.adapters.task_store import TaskStore
+from steward.domain import plan_diff
 from steward.domain import plans as plan_rules
 from steward.domain.documents import DocumentPolicy, TaskDocument, check_priced, parse_document
-from steward.domain.errors import Conflict, InvalidDocument, LifecycleError
+from steward.domain.errors import Conflict, InvalidDocument, LifecycleError, NoSuchContent
 from steward.domain.ids import plan_id, validate_slug
 from steward.domain.models import Plan, PlanKind, TaskStatus, utcnow
 from steward.domain.prices import PriceTable
@@ -54,6 +65,7 @@ class PlanService:
         clock: Callable[[], datetime] = utcnow,
         installations: InstallationStore | None = None,
         prices: Callable[[], PriceTable] | None = None,
+        documents: ArtifactStore | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
@@ -61,6 +73,7 @@ class PlanService:
         self.clock = clock
         self.installations = installations
         self.prices = prices  # read at each publish (the loader caches it)
+        self.documents = documents  # where approved content is kept (None: nowhere)
 
     def publish(self, user: str, slug: str, markdown: str, *, kind: PlanKind = PlanKind.WORK) -> Plan:
         """Upsert a Task Document. Reads the plan, merges, and writes on the condition that
@@ -71,6 +84,7 @@ class PlanService:
         validate_slug(slug)
         document = parse_document(markdown, self.policy)
         self._check_runnable(user, document)
+        kept = False
         for attempt in range(PUBLISH_ATTEMPTS):
             existing = self.store.get(user, slug)
             result = plan_rules.publish(
@@ -84,6 +98,9 @@ class PlanService:
             )
             if not result.changed:
                 return result.plan
+            if not kept:  # before the hash is recorded: every hash the plan has names a document
+                self._keep(result.plan)
+                kept = True
             try:
                 return self.store.save(result.plan, expected_version=existing.version if existing else None)
             except Conflict:
@@ -125,9 +142,49 @@ class PlanService:
         return [plan for plan in plans if plan.kind is PlanKind.WORK], next_cursor
 
     def confirm(self, user: str, slug: str, content_hash: str | None = None) -> Plan:
-        plan = self.store.confirm(user, validate_slug(slug), content_hash=content_hash, now=self.clock())
+        """Approve the current content; `content_hash` (the whole hash or its first 12 or more
+        hex characters) says which content the person reviewed (rules in
+        `steward.adapters.plan_store:PlanStore.confirm`)."""
+        given = None if content_hash is None else plan_diff.given_hash(content_hash)
+        plan = self.store.confirm(user, validate_slug(slug), content_hash=given, now=self.clock())
         self._cancel_superseded(plan)
+        if plan.approved_hash == plan.content_hash:
+            try:
+                self._keep(plan)
+            except Exception:  # the approval stands; the publish kept this content already
+                logger.exception("keeping the approved document of plan %s failed", plan.id)
         return plan
+
+    def _keep(self, plan: Plan) -> None:
+        """Write the kept document of the plan's current content (idempotent)."""
+        content = plan_diff.content_of(plan)
+        if self.documents is None or content.content_hash != plan.content_hash:
+            return
+        text = plan_diff.kept_document(content, plan.title)
+        self.documents.put_plan_document(plan.id, plan.content_hash, text)
+
+    def diff(self, user: str, slug: str) -> plan_diff.PlanDiff:
+        """What changed since the last confirmation (everything, if the plan was never confirmed)."""
+        plan = self.get(user, slug)
+        current = plan_diff.content_of(plan)
+        if plan.approved_hash is None:
+            return plan_diff.diff(None, current)
+        if plan.approved_hash == plan.content_hash:
+            return plan_diff.diff(current, current)
+        return plan_diff.diff(self._approved(plan, plan.approved_hash), current)
+
+    def _approved(self, plan: Plan, content_hash: str) -> plan_diff.PlanContent:
+        text = None if self.documents is None else self.documents.plan_document(plan.id, content_hash)
+        if text is not None:
+            try:
+                return plan_diff.read_kept(text, content_hash)
+            except ValueError:
+                logger.exception("the kept document %s of plan %s is unreadable", content_hash, plan.id)
+        raise NoSuchContent(
+            f"the approved content {content_hash[:12]} of plan {plan.slug!r} is not kept (approved "
+            "before Steward kept approved documents): read the plan as it is with `steward plan show`",
+            field="approved_hash",
+        )
 
     def _cancel_superseded(self, plan: Plan) -> None:
         """Cancel each queued or running task that the approved plan supersedes. Idempotent:
