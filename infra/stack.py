@@ -219,6 +219,13 @@ class StewardStack(Stack):
         self.functions["api"].role.add_to_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[storage.artifacts.arn_for_objects("*")])
         )
+        # API: the kept documents of plans' content (`plans/{plan id}/{content hash}.md`,
+        # written at publish and confirm, read by `GET /v1/plans/{slug}/diff`).
+        self.functions["api"].role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject"], resources=[storage.artifacts.arn_for_objects("plans/*")]
+            )
+        )
         # API: which of a task's artifacts exist (`GET /v1/tasks/{id}/artifacts`), under the
         # artifacts prefix only.
         self.functions["api"].role.add_to_policy(
@@ -320,6 +327,12 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
             "the bucket is Steward's own.",
         )
         for name in ("Api", "Runtime")
+    ),
+    (
+        "ApiFunction/Role",
+        "AwsSolutions-IAM5[Resource::<StorageArtifacts08431D1F.Arn>/plans/*]",
+        "A plan's kept documents are objects keyed by plan id and content hash, created at run time: "
+        "the API writes only under plans/.",
     ),
     *(
         (

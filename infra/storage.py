@@ -70,8 +70,11 @@ class Storage(Construct):
             versioned=False,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="artifacts/",
+            # Task artifacts expire; the plans' kept documents (`plans/`, what a person
+            # approved, which `GET /v1/plans/{slug}/diff` compares against) do not.
             lifecycle_rules=[
                 s3.LifecycleRule(
+                    prefix="artifacts/",
                     expiration=Duration.days(ARTIFACT_DAYS),
                     abort_incomplete_multipart_upload_after=Duration.days(1),
                 )

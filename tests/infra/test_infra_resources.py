@@ -73,6 +73,7 @@ def test_artifact_bucket_is_encrypted_private_tls_only_with_a_lifecycle(resource
     (rule,) = props["LifecycleConfiguration"]["Rules"]
     assert rule["Status"] == "Enabled"
     assert rule["ExpirationInDays"] > 0
+    assert rule["Prefix"] == "artifacts/"  # the plans' kept documents (`plans/`) stay
     policies = [
         p
         for p in of_type(resources, "AWS::S3::BucketPolicy").values()
