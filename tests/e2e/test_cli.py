@@ -162,6 +162,103 @@ def test_plan_commands_print_tables_and_json(
     assert "my-plan" in hidden.stderr
 
 
+REVIEW_PLAN = """---
+repo: {repo}
+base: main
+budget_usd: {budget}
+checks:
+  - python -m pytest -q
+setup:
+  - python -m pip --version
+max_attempts: 2
+---
+# Review me
+
+- [x] Keep the first item, whose title is longer than the table of items shows it, word for word
+  Its details, as the person wrote them.
+    An indented line.
+{middle}- [x] The last item
+{tail}"""
+
+
+def test_plan_show_shows_what_is_approved_and_plan_diff_what_changed(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """Checked items only, so the shared stack's loop has nothing to spawn."""
+    _, state_file = local_up
+    plan_file = tmp_path / "review.md"
+    middle = "- [x] An item to drop\n- [x] An item that stays\n- [x] An item to edit\n  old details\n"
+    plan_file.write_text(REVIEW_PLAN.format(repo=SAMPLE_REPO, budget="1.50", middle=middle, tail=""))
+    published = run(state_file, "plan", "publish", str(plan_file), "--slug", "review")
+    assert published.returncode == 0, published.stderr
+    match = re.search(r"^  content: ([0-9a-f]{12})$", published.stdout, re.MULTILINE)
+    assert match, published.stdout
+    first = match.group(1)
+
+    shown = run(state_file, "plan", "show", "review")
+    assert shown.returncode == 0, shown.stderr
+    for line in (
+        "what confirming approves:",
+        f"  repo:         {SAMPLE_REPO}",
+        "  base:         main",
+        "  model:        scripted",
+        "  budget_usd:   1.5 (per task)",
+        "  checks:       python -m pytest -q",
+        "  setup:        python -m pip --version",
+        "  max_attempts: 2",
+        "  1. [x] Keep the first item, whose title is longer than the table of items shows it, word for word",
+        "         Its details, as the person wrote them.",
+        "           An indented line.",
+        "  4. [x] An item to edit",
+        "         old details",
+    ):
+        assert line in shown.stdout.splitlines(), (line, shown.stdout)
+
+    never = run(state_file, "plan", "diff", "review")
+    assert never.returncode == 0, never.stderr
+    assert "plan review: never confirmed, so all of it is new" in never.stdout
+    assert "  budget_usd:    - -> 1.5" in never.stdout
+
+    confirmed = run(state_file, "plan", "confirm", "review", "--content-hash", first)
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert f"content: {first}  (approved)" in confirmed.stdout
+    unchanged = run(state_file, "plan", "diff", "review")
+    assert f"plan review: no change since its last confirmation (content {first})" in unchanged.stdout
+
+    middle = "- [x] An item that stays\n- [x] An item to edit\n  new details\n"
+    tail = "- [x] An item added\n"
+    plan_file.write_text(REVIEW_PLAN.format(repo=SAMPLE_REPO, budget="3", middle=middle, tail=tail))
+    republished = run(state_file, "plan", "publish", str(plan_file), "--slug", "review")
+    assert "(awaiting_confirmation)" in republished.stdout, republished.stderr
+    changed = run(state_file, "plan", "diff", "review")
+    assert changed.returncode == 0, changed.stderr
+    lines = changed.stdout.splitlines()
+    assert lines[:3] == ["plan review: changed since its last confirmation", f"  approved: {first}", lines[2]]
+    assert "  budget_usd:  1.5 -> 3" in lines
+    start = next(n for n, line in enumerate(lines) if line.startswith("#  WAS"))
+    table = [" ".join(line.split()) for line in lines[start:]]
+    assert table == [
+        "# WAS CHANGE ITEM",
+        "3 4 edited (details) An item to edit",
+        "5 - added An item added",
+        "- 2 removed An item to drop",
+    ], changed.stdout
+    as_json = json.loads(run(state_file, "--json", "plan", "diff", "review").stdout)
+    assert as_json["approved_hash"].startswith(first)
+    assert as_json["front_matter"] == {"budget_usd": ["1.5", "3"]}
+
+    stale = run(state_file, "plan", "confirm", "review", "--content-hash", first)
+    assert stale.returncode == 1
+    assert "409 conflict: the plan changed since you reviewed it" in stale.stderr
+    never_had = run(state_file, "plan", "confirm", "review", "--content-hash", "000000000000")
+    assert never_had.returncode == 1
+    assert "404 no_such_content: no such content: 000000000000 was never the content" in never_had.stderr
+    short = run(state_file, "plan", "confirm", "review", "--content-hash", first[:11])
+    assert short.returncode == 1
+    assert "400" in short.stderr
+    assert "field: content_hash" in short.stderr
+
+
 def test_loop_commands_and_clear_errors(local_up: tuple[subprocess.Popen[str], Path]) -> None:
     _, state_file = local_up
     shown = run(

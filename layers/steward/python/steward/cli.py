@@ -31,7 +31,15 @@ from steward.adapters.api_client import (
     local_login_code,
     resolve_endpoint,
 )
-from steward.cli_render import render_loop, render_plan, render_plans, render_task, render_tasks, table
+from steward.cli_render import (
+    render_loop,
+    render_plan,
+    render_plan_diff,
+    render_plans,
+    render_task,
+    render_tasks,
+    table,
+)
 from steward.domain.capability import MAX_LIFETIME_SECONDS
 from steward.domain.errors import StewardError
 from steward.domain.models import TERMINAL_PLAN_STATUSES, TERMINAL_TASK_STATUSES
@@ -137,7 +145,15 @@ def _plan_action(action: str) -> Handler:
 
 
 def cmd_plan_show(args: argparse.Namespace) -> int:
-    return _emit(args, _client(args).request("GET", f"/v1/plans/{args.slug}"), render_plan)
+    """The plan as confirming it approves it: the front matter and every item's details."""
+    plan = _client(args).request("GET", f"/v1/plans/{args.slug}")
+    return _emit(args, plan, lambda p: render_plan(p, full=True))
+
+
+def cmd_plan_diff(args: argparse.Namespace) -> int:
+    """What changed since the plan's last confirmation."""
+    changes = _client(args).request("GET", f"/v1/plans/{args.slug}/diff")
+    return _emit(args, changes, lambda d: render_plan_diff(args.slug, d))
 
 
 def cmd_plan_list(args: argparse.Namespace) -> int:
@@ -677,11 +693,18 @@ def _add_plan_commands(sub: Any) -> None:
         p.set_defaults(func=_plan_action(action))
     p = plan.add_parser("confirm", help="approve the plan's current content")
     p.add_argument("slug")
-    p.add_argument("--content-hash", help="fail if the content is no longer the one you reviewed")
+    p.add_argument(
+        "--content-hash",
+        help="the content you reviewed (the 12 characters `plan show` prints, or the whole hash): "
+        "fail if the plan changed since",
+    )
     p.set_defaults(func=_plan_action("confirm"))
-    p = plan.add_parser("show", help="one plan with its items")
+    p = plan.add_parser("show", help="one plan: what confirming it approves, its items and their details")
     p.add_argument("slug")
     p.set_defaults(func=cmd_plan_show)
+    p = plan.add_parser("diff", help="what changed since the plan's last confirmation")
+    p.add_argument("slug")
+    p.set_defaults(func=cmd_plan_diff)
     p = plan.add_parser("watch", help="a live view of the plan and its tasks until it ends")
     p.add_argument("slug")
     _watch_options(p)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +21,9 @@ def _short(text: str | None, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render_plan(plan: dict[str, Any]) -> str:
+def render_plan(plan: dict[str, Any], *, full: bool = False) -> str:
+    """The plan's state and items; `full` (`steward plan show`) adds what confirming it
+    approves: the front matter, and each item's whole title and details."""
     fixture = ", local fixture" if plan.get("kind") == "fixture" else ""  # `steward local capability`
     head = (
         f"plan {plan['slug']}  ({plan['status']}{fixture})\n"
@@ -47,7 +51,102 @@ def render_plan(plan: dict[str, Any]) -> str:
     outcomes = plan.get("outcomes")
     if outcomes is not None:
         head += f"\n  outcome: {_outcomes(outcomes)}\n  cost:    {plan.get('cost_usd', '0')} USD"
-    return head + "\n\n" + table(rows, ("#", "status", "item", "task", "waiting"))
+    shown = table(rows, ("#", "status", "item", "task", "waiting"))
+    if not full:
+        return head + "\n\n" + shown
+    return head + "\n\n" + _approves(plan) + "\n\n" + shown + "\n\n" + _item_details(plan["items"])
+
+
+def visible(text: str) -> str:
+    """`text` with the characters a terminal would act on or hide (controls, bidirectional
+    and zero-width format characters) written as escapes, so what is reviewed is what is there."""
+    return "".join(
+        f"\\u{ord(c):04x}" if c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf") else c for c in text
+    )
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list | dict):
+        return visible(json.dumps(value, ensure_ascii=False))
+    return visible(str(value))
+
+
+def _approves(plan: dict[str, Any]) -> str:
+    """The front matter as confirming approves it, one key a line (commands one a line)."""
+    fm = plan.get("front_matter") or {}
+
+    def key(name: str, default: Any = None) -> Any:
+        return plan[name] if name in plan else fm.get(name, default)
+
+    def commands(values: list[str] | None) -> str:
+        return ("\n" + " " * 16).join(visible(c) for c in values) if values else "-"
+
+    base = key("base")
+    lines = [
+        "what confirming approves:",
+        f"  {'repo:':14}{_value(plan.get('repo'))}",
+        f"  {'base:':14}{_value(base) if base else '- (the repository default branch)'}",
+        f"  {'model:':14}{_value(key('model'))}",
+        f"  {'budget_usd:':14}{_value(key('budget_usd'))} (per task)",
+        f"  {'checks:':14}{commands(key('checks'))}",
+        f"  {'setup:':14}{commands(key('setup'))}",
+        f"  {'max_attempts:':14}{_value(key('max_attempts', 3))}",
+    ]
+    return "\n".join(lines)
+
+
+def _item_details(items: list[dict[str, Any]]) -> str:
+    """Every current item with its whole title and its details (the indented lines under its
+    checkbox), as the document has them."""
+    lines = ["items and their details:"]
+    for item in items:
+        if item.get("ordinal") is None:  # removed: history, not approved content
+            continue
+        box = "[x]" if item.get("checked") else "[ ]"
+        head = f"  {item['ordinal']}. {box} "
+        lines.append(head + visible(item["title"]))
+        details = item.get("details") or ""
+        lines += (
+            [(" " * len(head) + visible(line)).rstrip() for line in details.split("\n")] if details else []
+        )
+    return "\n".join(lines)
+
+
+def render_plan_diff(slug: str, diff: dict[str, Any]) -> str:
+    """`steward plan diff`: the front matter keys and the items changed since the last
+    confirmation, or that nothing changed."""
+    approved, current = diff.get("approved_hash"), diff["current_hash"]
+    if approved is not None and approved == current:
+        return f"plan {slug}: no change since its last confirmation (content {current[:12]})"
+    if approved is None:
+        lines = [f"plan {slug}: never confirmed, so all of it is new", f"  current:  {current[:12]}"]
+    else:
+        lines = [
+            f"plan {slug}: changed since its last confirmation",
+            f"  approved: {approved[:12]}",
+            f"  current:  {current[:12]}",
+        ]
+    changes = diff.get("front_matter") or {}
+    if changes:
+        width = max(len(k) for k in changes) + 3
+        lines += ["", "front matter:"]
+        lines += [
+            f"  {(k + ':').ljust(width)}{_value(old)} -> {_value(new)}" for k, (old, new) in changes.items()
+        ]
+    rows = [
+        (
+            "-" if i.get("ordinal") is None else i["ordinal"],
+            "-" if i.get("approved_ordinal") is None else i["approved_ordinal"],
+            i["change"] + (f" ({', '.join(i['fields'])})" if i.get("fields") else ""),
+            visible(_short(i["title"], 60)),
+        )
+        for i in diff.get("items") or []
+    ]
+    if rows:
+        lines += ["", table(rows, ("#", "was", "change", "item"))]
+    return "\n".join(lines)
 
 
 def waiting_text(waiting: dict[str, Any] | None) -> str:
