@@ -64,6 +64,9 @@ class StewardStack(Stack):
             audience=ctx("oidcAudience"),
             log_retention=retention,
             deletion_protection=deletion_protection,
+            cognito_domain_prefix=ctx("cognitoDomainPrefix"),
+            console_authorize_url=ctx("consoleAuthorizeUrl"),
+            console_token_url=ctx("consoleTokenUrl"),
         )
         queue = HeartbeatQueue(
             self, "Heartbeat", prefix=prefix, heartbeat_timeout=Duration.seconds(TIMEOUTS["heartbeat"])
@@ -85,6 +88,7 @@ class StewardStack(Stack):
             "STEWARD_TICK_SECONDS": str(TICK_SECONDS),
             "STEWARD_LAUNCHER": "fargate",
             "STEWARD_API_URL": api.url,
+            **api.console_settings,
         }
         for name, value in (
             ("STEWARD_DEFAULT_MODEL", ctx("defaultModel")),
@@ -143,6 +147,7 @@ class StewardStack(Stack):
         )
 
         CfnOutput(self, "ApiUrl", value=api.url)
+        CfnOutput(self, "ConsoleUrl", value=api.console_url, description="the web console")
         CfnOutput(self, "RelayUrl", value=relay.url)
         CfnOutput(self, "WebhookUrl", value=webhook.url.url, description="the GitHub App's webhook URL")
         CfnOutput(self, "GitHubPrivateKeySecret", value=storage.github_private_key.secret_arn)
@@ -401,8 +406,10 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
     (
         "Api/HttpApi",
         "AwsSolutions-APIG4",
-        "Only /v1/runtime/* is outside the JWT authorizer: runtimes present a one-time ticket or a "
-        "capability, checked by the runtime function (tests/infra asserts the allowlist).",
+        "Outside the JWT authorizer are only /v1/runtime/* (runtimes present a one-time ticket or a "
+        "capability, checked by the runtime function) and GET /console, /console/{proxy+} (the web "
+        "console's static files and sign-in settings, needed before sign-in; no data: the page calls "
+        "/v1/* with the ID token). tests/infra asserts the allowlist.",
     ),
     *(
         (

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from steward.domain.routes import RELAY_BINARY_MEDIA_TYPES
+from steward.domain.routes import CONSOLE_PREFIX, RELAY_BINARY_MEDIA_TYPES
 from steward.queues import HEARTBEAT
 from steward.tables import ALL_TABLES, TableSpec
 
+from infra.api import CLI_CALLBACK
 from infra.functions import TIMEOUTS
 from infra.relay import RELAY_TIMEOUT_SECONDS
 from infra.runner import CPU, EPHEMERAL_GIB, MEMORY_MIB
@@ -109,9 +110,19 @@ def test_http_api_routes_the_client_api_behind_jwt_and_runtime_routes_outside(
         r["Properties"]["RouteKey"]: r["Properties"]
         for r in of_type(resources, "AWS::ApiGatewayV2::Route").values()
     }
-    assert set(routes) == {"ANY /v1/{proxy+}", "ANY /v1/runtime/{proxy+}"}
+    assert set(routes) == {
+        "ANY /v1/{proxy+}",
+        "ANY /v1/runtime/{proxy+}",
+        f"GET {CONSOLE_PREFIX}",
+        f"GET {CONSOLE_PREFIX}/{{proxy+}}",
+    }
     assert routes["ANY /v1/{proxy+}"]["AuthorizationType"] == "JWT"
-    assert routes["ANY /v1/runtime/{proxy+}"]["AuthorizationType"] == "NONE"
+    for key in ("ANY /v1/runtime/{proxy+}", f"GET {CONSOLE_PREFIX}", f"GET {CONSOLE_PREFIX}/{{proxy+}}"):
+        assert routes[key]["AuthorizationType"] == "NONE", key
+        assert "AuthorizerId" not in routes[key], key
+    # No default authorizer on the API that could apply to a route naming none.
+    (http_api,) = of_type(resources, "AWS::ApiGatewayV2::Api").values()
+    assert not {"AuthorizerId", "AuthorizationType"} & set(http_api["Properties"])
 
     def target(route: dict[str, Any]) -> str:
         integration_id = route["Target"]["Fn::Join"][1][1]["Ref"]
@@ -119,6 +130,69 @@ def test_http_api_routes_the_client_api_behind_jwt_and_runtime_routes_outside(
 
     assert function_id(resources, "api") in target(routes["ANY /v1/{proxy+}"])
     assert function_id(resources, "runtime") in target(routes["ANY /v1/runtime/{proxy+}"])
+    # The console is served by the API function (steward.api.console).
+    assert function_id(resources, "api") in target(routes[f"GET {CONSOLE_PREFIX}"])
+    assert function_id(resources, "api") in target(routes[f"GET {CONSOLE_PREFIX}/{{proxy+}}"])
+    # and API Gateway may invoke it for each of its routes.
+    source_arns = {
+        render(p["Properties"]["SourceArn"]).rsplit("/*/*", 1)[1]
+        for p in of_type(resources, "AWS::Lambda::Permission").values()
+        if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [function_id(resources, "api"), "Arn"]}
+    }
+    assert source_arns == {"/v1/{proxy+}", CONSOLE_PREFIX, f"{CONSOLE_PREFIX}/{{proxy+}}"}
+
+
+def _console_url(resources: dict[str, Any]) -> dict[str, Any]:
+    (api_id,) = of_type(resources, "AWS::ApiGatewayV2::Api")
+    return {"Fn::Join": ["", [{"Fn::GetAtt": [api_id, "ApiEndpoint"]}, f"{CONSOLE_PREFIX}/"]]}
+
+
+def test_cognito_has_a_hosted_ui_domain_and_a_console_client_for_code_and_pkce(
+    resources: dict[str, Any],
+) -> None:
+    (pool_id,) = of_type(resources, "AWS::Cognito::UserPool")
+    (domain,) = of_type(resources, "AWS::Cognito::UserPoolDomain").values()
+    assert domain["Properties"]["UserPoolId"] == {"Ref": pool_id}
+    # The default prefix: the stack's name and its stack id's UUID (no context given).
+    assert domain["Properties"]["Domain"] == {
+        "Fn::Join": ["-", ["steward", {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}]]
+    }
+    clients = of_type(resources, "AWS::Cognito::UserPoolClient")
+    (console_id,) = [k for k in clients if k.startswith("ApiUsersConsole")]
+    (cli_id,) = [k for k in clients if k.startswith("ApiUsersCli")]
+    console = clients[console_id]["Properties"]
+    assert console["GenerateSecret"] is False
+    assert console["AllowedOAuthFlows"] == ["code"]
+    assert console["AllowedOAuthFlowsUserPoolClient"] is True
+    assert console["AllowedOAuthScopes"] == ["openid", "email"]
+    assert console["ExplicitAuthFlows"] == ["ALLOW_REFRESH_TOKEN_AUTH"]  # no password flows
+    assert console["CallbackURLs"] == [_console_url(resources)]
+    assert console["LogoutURLs"] == [_console_url(resources)]
+    assert clients[cli_id]["Properties"]["CallbackURLs"] == [CLI_CALLBACK]
+    # Both clients' ID tokens pass the authorizer.
+    (authorizer,) = of_type(resources, "AWS::ApiGatewayV2::Authorizer").values()
+    assert authorizer["Properties"]["JwtConfiguration"]["Audience"] == [{"Ref": cli_id}, {"Ref": console_id}]
+    hosted_ui = ["https://", {"Ref": next(iter(of_type(resources, "AWS::Cognito::UserPoolDomain")))}]
+    region = [".auth.", {"Ref": "AWS::Region"}]
+    env = resources[function_id(resources, "api")]["Properties"]["Environment"]["Variables"]
+    assert {k: v for k, v in env.items() if k.startswith("STEWARD_CONSOLE_")} == {
+        "STEWARD_CONSOLE_SIGN_IN": "oidc",
+        "STEWARD_CONSOLE_CLIENT_ID": {"Ref": console_id},
+        "STEWARD_CONSOLE_AUTHORIZE_URL": {
+            "Fn::Join": ["", [*hosted_ui, *region, ".amazoncognito.com/oauth2/authorize"]]
+        },
+        "STEWARD_CONSOLE_TOKEN_URL": {
+            "Fn::Join": ["", [*hosted_ui, *region, ".amazoncognito.com/oauth2/token"]]
+        },
+    }
+    # Only the API function serves the console.
+    for name in ("runtime", "relay", "webhook", "scheduler", "heartbeat", "reaper"):
+        variables = resources[function_id(resources, name)]["Properties"]["Environment"]["Variables"]
+        assert not any(k.startswith("STEWARD_CONSOLE_") for k in variables), name
+
+
+def test_console_url_is_an_output(template: Any, resources: dict[str, Any]) -> None:
+    assert template.to_json()["Outputs"]["ConsoleUrl"]["Value"] == _console_url(resources)
 
 
 def test_relay_rest_api_streams_event_streams_with_a_raised_timeout(resources: dict[str, Any]) -> None:
@@ -198,7 +272,7 @@ def test_runner_task_definition_size_roles_egress_and_logs(resources: dict[str, 
         assert log_group["Properties"]["RetentionInDays"] > 0
 
 
-def test_context_oidc_issuer_replaces_the_user_pool_and_deletion_protection_can_be_off(
+def test_context_oidc_issuer_replaces_the_user_pool_the_console_follows_it_and_deletion_protection_can_be_off(
     fake_layers: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     from aws_cdk import App  # noqa: PLC0415 - jsii was started by the conftest
@@ -210,11 +284,22 @@ def test_context_oidc_issuer_replaces_the_user_pool_and_deletion_protection_can_
     context |= {
         "oidcIssuer": "https://issuer.example.com",
         "oidcAudience": "steward",
+        "consoleAuthorizeUrl": "https://issuer.example.com/authorize",
+        "consoleTokenUrl": "https://issuer.example.com/token",
         "deletionProtection": "false",
     }
     app = App(outdir=str(tmp_path_factory.mktemp("cdk.out-oidc")), context=context)
     resources = Template.from_stack(build(app, fake_layers)).to_json()["Resources"]
     assert not of_type(resources, "AWS::Cognito::UserPool")
+    assert not of_type(resources, "AWS::Cognito::UserPoolDomain")
+    assert not of_type(resources, "AWS::Cognito::UserPoolClient")
+    env = resources[function_id(resources, "api")]["Properties"]["Environment"]["Variables"]
+    assert {k: v for k, v in env.items() if k.startswith("STEWARD_CONSOLE_")} == {
+        "STEWARD_CONSOLE_SIGN_IN": "oidc",
+        "STEWARD_CONSOLE_CLIENT_ID": "steward",
+        "STEWARD_CONSOLE_AUTHORIZE_URL": "https://issuer.example.com/authorize",
+        "STEWARD_CONSOLE_TOKEN_URL": "https://issuer.example.com/token",
+    }
     (authorizer,) = of_type(resources, "AWS::ApiGatewayV2::Authorizer").values()
     assert authorizer["Properties"]["JwtConfiguration"] == {
         "Issuer": "https://issuer.example.com",

@@ -30,7 +30,10 @@ UNAUTHENTICATED = {
     ("http-route", "ANY /v1/runtime/{proxy+}"),  # ticket or capability, checked by the runtime function
     ("rest-method", "ANY /"),  # the relay: capability, checked by the relay
     ("rest-method", "ANY /{proxy+}"),
-    # the console's static files: none yet
+    # the console's static files and sign-in settings, fetched before sign-in (no data: the page
+    # calls /v1/* with the ID token it gets)
+    ("http-route", "GET /console"),
+    ("http-route", "GET /console/{proxy+}"),
 }
 # AWS requires Resource "*" for these actions (no resource-level permissions).
 STAR_RESOURCE_ALLOWED = {"ecs:ListTasks", "ecr:GetAuthorizationToken"}
