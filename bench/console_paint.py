@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -24,37 +22,21 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.local_cli import CHROMIUM, CHROMIUM_ARGS, STEWARD, clean_env, local_up
+
 ROUNDS = 15
-STEWARD = [sys.executable, "-m", "steward.cli"]
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 PAINT = "performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null"
 
 
 def main() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
     with tempfile.TemporaryDirectory() as root:
         state_file = Path(root) / "local.json"
-        stack = subprocess.Popen(
-            [*STEWARD, "--state-file", str(state_file), "local", "up", "--tick-seconds", "1"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        try:
-            while not state_file.exists():
-                time.sleep(0.1)
-            run(json.loads(state_file.read_text()), state_file, env)
-        finally:
-            stack.terminate()
-            stack.wait(timeout=30)
+        with local_up(
+            state_file, "--tick-seconds", "1", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ):
+            run(json.loads(state_file.read_text()), state_file, clean_env())
 
 
 def run(state: dict[str, object], state_file: Path, env: dict[str, str]) -> None:
@@ -90,9 +72,7 @@ def run(state: dict[str, object], state_file: Path, env: dict[str, str]) -> None
     api.post(f"/v1/tasks/{task_id}/cancel")
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=CHROMIUM_ARGS
-        )
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         signin, task_paint, task_status = [], [], []
         for _ in range(ROUNDS):
             page = browser.new_page()

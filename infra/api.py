@@ -157,26 +157,9 @@ class Api(Construct):
                 domain_prefix=domain_prefix(cognito_domain_prefix, Stack.of(self).stack_name)
             ),
         )
-        self.client = self.user_pool.add_client(
-            "Cli",
-            generate_secret=False,
-            auth_flows=cognito.AuthFlow(user_srp=False),
-            o_auth=cognito.OAuthSettings(
-                flows=cognito.OAuthFlows(authorization_code_grant=True),
-                scopes=[cognito.OAuthScope.OPENID, cognito.OAuthScope.EMAIL],
-                callback_urls=[CLI_CALLBACK],
-            ),
-        )
-        self.console_client = self.user_pool.add_client(
-            "Console",
-            generate_secret=False,
-            auth_flows=cognito.AuthFlow(user_srp=False),
-            o_auth=cognito.OAuthSettings(
-                flows=cognito.OAuthFlows(authorization_code_grant=True),
-                scopes=[cognito.OAuthScope.OPENID, cognito.OAuthScope.EMAIL],
-                callback_urls=[self.console_url],
-                logout_urls=[self.console_url],
-            ),
+        self.client = _public_client(self.user_pool, "Cli", callback_urls=[CLI_CALLBACK])
+        self.console_client = _public_client(
+            self.user_pool, "Console", callback_urls=[self.console_url], logout_urls=[self.console_url]
         )
         # Both clients' ID tokens are accepted (their `aud` is the client id).
         self.authorizer = authorizers.HttpUserPoolAuthorizer(
@@ -203,3 +186,18 @@ class Api(Construct):
                 integration=client,
                 authorizer=apigw.HttpNoneAuthorizer(),
             )
+
+
+def _public_client(pool: cognito.UserPool, id: str, **urls: list[str]) -> cognito.UserPoolClient:
+    """A public app client (no secret) with the authorization code grant only (PKCE), scopes
+    openid and email: the CLI's and the console's."""
+    return pool.add_client(
+        id,
+        generate_secret=False,
+        auth_flows=cognito.AuthFlow(user_srp=False),
+        o_auth=cognito.OAuthSettings(
+            flows=cognito.OAuthFlows(authorization_code_grant=True),
+            scopes=[cognito.OAuthScope.OPENID, cognito.OAuthScope.EMAIL],
+            **urls,
+        ),
+    )

@@ -30,20 +30,20 @@ from steward.local.github_twin import admin
 from steward.local.sample_repo import SAMPLE_REPO
 
 from tests.support.documents import document
+from tests.support.local_cli import STEWARD, clean_env
+from tests.support.local_cli import local_up as stack_up
 
-STEWARD = [sys.executable, "-m", "steward.cli"]
 RESYNC_SECONDS = 3  # the module's stack looks at GitHub for review tasks this often
 
 
 def run(state_file: Path, *args: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
     extra = ["--user", user] if user else []
     return subprocess.run(
         [*STEWARD, "--state-file", str(state_file), *extra, *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env=env,
+        env=clean_env(),
         check=False,
     )
 
@@ -51,22 +51,9 @@ def run(state_file: Path, *args: str, user: str | None = None) -> subprocess.Com
 @pytest.fixture(scope="module")
 def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     state_file = tmp_path_factory.mktemp("cli") / "local.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
-    process = subprocess.Popen(
-        [*STEWARD, "--state-file", str(state_file), "local", "up", "--resync-seconds", str(RESYNC_SECONDS)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    deadline = time.monotonic() + 60
-    while not state_file.exists():
-        assert process.poll() is None, process.stdout.read() if process.stdout else ""
-        assert time.monotonic() < deadline, "local stack did not come up"
-        time.sleep(0.1)
-    yield process, state_file
-    if process.poll() is None:
-        process.kill()
+    args = ("--resync-seconds", str(RESYNC_SECONDS))
+    with stack_up(state_file, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
+        yield process, state_file
 
 
 def test_a_local_capability_fixture_stays_out_of_its_owners_way(
@@ -354,13 +341,12 @@ def test_task_logs_prints_live_output_while_it_runs_and_follows_it_to_the_end(
 
     so_far = run(state_file, "task", "logs", task_id)
     assert (so_far.returncode, so_far.stdout) == (0, "$ pytest -q\n"), so_far.stderr
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
     follower = subprocess.Popen(
         [*STEWARD, "--state-file", str(state_file), "task", "logs", task_id, "--follow"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=clean_env(),
     )
     try:
         assert follower.stdout is not None

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,19 +19,21 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from steward.local.sample_repo import SAMPLE_REPO
 
 from tests.support.documents import document
+from tests.support.local_cli import CHROMIUM, CHROMIUM_ARGS, STEWARD, clean_env, local_up
 
-STEWARD = [sys.executable, "-m", "steward.cli"]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "console"
-# What the machine's closed network needs (no background connections) and a root user needs.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
+# What a caller may send the login exchange instead of {"code": "<a code it was given>"}.
+HOSTILE_LOGIN_BODIES = [
+    b"",
+    b"not json",
+    b"[]",
+    b'{"code": 1}',
+    b'{"code": null}',
+    b'{"code": ""}',
+    b'{"code": "' + b"A" * 43 + b'"}',  # the shape of a code, never issued
+    b'{"code": {"$ne": ""}}',
+    b'{"codes": "x"}',
+    b'{"code": "' + b"x" * 5000 + b'"}',  # over the body bound
 ]
 # Item titles a document may hold: each must show as the text it is, and run nothing.
 HOSTILE_TITLES = [
@@ -60,34 +60,16 @@ class Stack:
             capture_output=True,
             text=True,
             timeout=60,
-            env=_clean_env(),
+            env=clean_env(),
             check=False,
         )
-
-
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "AWS_"))}
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     state_file = tmp_path_factory.mktemp("console") / "local.json"
-    process = subprocess.Popen(
-        [*STEWARD, "--state-file", str(state_file), "local", "up", "--tick-seconds", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=_clean_env(),
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not state_file.exists():
-            assert process.poll() is None, "the local stack exited"
-            assert time.monotonic() < deadline, "the local stack did not come up"
-            time.sleep(0.1)
+    with local_up(state_file, "--tick-seconds", "1", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
         yield Stack(state_file)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +142,21 @@ def test_a_login_link_signs_in_once_and_no_token_reaches_a_url(browser: Browser,
     expect(again.locator("#notice")).to_contain_text("used or expired")
     expect(again.locator("h1")).to_have_text("Sign in")
     again.close()
+
+
+@pytest.mark.parametrize("body", HOSTILE_LOGIN_BODIES)
+def test_the_login_exchange_refuses_anything_but_an_issued_code(stack: Stack, body: bytes) -> None:
+    answer = httpx.post(f"{stack.state['api_url']}/local/login", content=body, timeout=10)
+    assert answer.status_code in (400, 413), answer.text
+    assert answer.json()["error"]["message"]
+    assert "token" not in answer.json()
+
+
+def test_login_codes_are_given_only_for_a_valid_dev_token(stack: Stack) -> None:
+    codes = f"{stack.state['api_url']}/local/login-codes"
+    for headers in ({}, {"Authorization": "Bearer not-a-token"}, {"Authorization": "Basic YWxpY2U6eA=="}):
+        assert httpx.post(codes, headers=headers, timeout=10).status_code == 401
+    assert httpx.get(codes, timeout=10).status_code == 405
 
 
 def test_the_console_is_served_with_a_strict_policy(stack: Stack) -> None:
@@ -269,11 +266,10 @@ def test_another_users_plan_and_task_are_not_found(browser: Browser, stack: Stac
     page = signed_in(browser, stack, "bob")
     page.goto(f"{stack.state['console_url']}#/plans/console-private")
     expect(page.locator("h1")).to_have_text("Not found")
-    with api(stack) as client:
-        tasks = client.get("/v1/tasks").json()["tasks"]
-    if tasks:
-        page.goto(f"{stack.state['console_url']}#/tasks/{tasks[0]['id']}")
-        expect(page.locator("h1")).to_have_text("Not found")
+    made = stack.cli("local", "capability", "--owner", "alice", "--budget-usd", "0.01")
+    assert made.returncode == 0, made.stderr
+    page.goto(f"{stack.state['console_url']}#/tasks/{json.loads(made.stdout)['task_id']}")  # alice's task
+    expect(page.locator("h1")).to_have_text("Not found")
     shot(page, "not-found")
     page.close()
 

@@ -103,6 +103,10 @@ def item_to_task(item: Mapping[str, Any]) -> Task:
     return Task(id=data.pop("task_id"), **data)
 
 
+class _AlreadyClear(Exception):
+    """A withdrawal's close was recorded already."""
+
+
 class TaskStore:
     def __init__(self, tables: Tables) -> None:
         self._tables = tables
@@ -424,12 +428,14 @@ class TaskStore:
         now: datetime,
         admit: Callable[[Task], None] | None = None,
         sets: Mapping[str, str] | None = None,
+        removes: Sequence[str] = (),
     ) -> Task:
         """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
         advance the watermark (DESIGN section 1). `admit(current)` runs before every attempt,
         on the task as read for it, and raises to refuse the event: every status change moves
         the event sequence too, so an event admitted for a status is written only while the
-        task still has it. `sets`: attributes of the task written with the event."""
+        task still has it. `sets`: attributes of the task written with the event; `removes`:
+        attributes it removes."""
         current = task
         for attempt in range(APPEND_ATTEMPTS):
             if attempt:
@@ -439,6 +445,8 @@ class TaskStore:
             seq = current.event_seq + 1
             also = dict(sets or {})
             expression = "SET event_seq = :seq" + "".join(f", #x{i} = :x{i}" for i in range(len(also)))
+            if removes:
+                expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(removes)))
             update: dict[str, Any] = {
                 "TableName": self._tables.name(TASKS),
                 "Key": {"task_id": task.id},
@@ -450,8 +458,9 @@ class TaskStore:
                     **{f":x{i}": v for i, v in enumerate(also.values())},
                 },
             }
-            if also:
-                update["ExpressionAttributeNames"] = {f"#x{i}": k for i, k in enumerate(also)}
+            names = {f"#x{i}": k for i, k in enumerate(also)} | {f"#r{i}": k for i, k in enumerate(removes)}
+            if names:
+                update["ExpressionAttributeNames"] = names
             actions: list[Any] = [
                 {"Update": update},
                 self._event_put(task, seq, event, dict(data), now),
@@ -621,40 +630,26 @@ class TaskStore:
     def finish_withdrawal(self, task: Task, data: Mapping[str, Any], *, now: datetime) -> bool:
         """The loop closed the withdrawn task's pull request (or found nothing to close): clear
         `pr_close_pending`, take the task out of the live index and record a `pr_closed` event,
-        in one transaction conditional on the marker. False when it was already clear (a
+        in one write admitted only while the marker is set. False when it was already clear (a
         retried tick, or a merge that ended the wait meanwhile)."""
-        current = task
-        for _ in range(APPEND_ATTEMPTS):
+
+        def pending(current: Task) -> None:
             if not current.pr_close_pending:
-                return False
-            seq = current.event_seq + 1
-            actions: list[Any] = [
-                {
-                    "Update": {
-                        "TableName": self._tables.name(TASKS),
-                        "Key": {"task_id": task.id},
-                        "UpdateExpression": "SET event_seq = :seq, updated_at = :now "
-                        "REMOVE pr_close_pending, live_user",
-                        "ConditionExpression": "pr_close_pending = :on AND event_seq = :prev",
-                        "ExpressionAttributeValues": {
-                            ":seq": seq,
-                            ":prev": current.event_seq,
-                            ":on": True,
-                            ":now": iso(now),
-                        },
-                    }
-                },
-                self._event_put(task, seq, "pr_closed", dict(data), now),
-            ]
-            try:
-                self._tables.client.transact_write_items(TransactItems=actions)
-            except ClientError as exc:
-                if error_code(exc) != "TransactionCanceledException":
-                    raise
-                current = self.require(task.id)
-                continue
-            return True
-        raise Conflict(f"task {task.id} kept changing; retry")
+                raise _AlreadyClear
+
+        try:
+            self.append_event(
+                task,
+                "pr_closed",
+                data,
+                now=now,
+                admit=pending,
+                sets={"updated_at": iso(now)},
+                removes=("pr_close_pending", "live_user"),
+            )
+        except _AlreadyClear:
+            return False
+        return True
 
     def request_retry(self, task: Task, *, now: datetime) -> None:
         """Ask the loop for another attempt of a finished task's item: the item goes back to
