@@ -8,7 +8,13 @@
 * `POST /token`: `authorization_code` (the code is single-use; client id, redirect URI and
   the PKCE S256 verifier are checked) and `refresh_token` (Cognito's answer: new ID and
   access tokens, no new refresh token). Tokens are HS256 JWTs; every one issued is kept in
-  `issued`, so a test can check that none leaks into the CLI's output.
+  `issued`, so a test can check that none leaks into the CLI's output. The token endpoint
+  answers a browser's cross-origin request as Cognito's does (`Access-Control-Allow-Origin`),
+  for the web console's sign-in.
+
+With `tls`, it is served over HTTPS (the console's policy reaches only an https token
+origin). `verify` checks a token as API Gateway's JWT authorizer does (issuer, audience or
+client id, expiry) and gives its claims, so a local API can be put behind this issuer.
 
 `browser()` stands in for `webbrowser.open`: it fetches the authorization URL with httpx and
 follows the redirect to the CLI's loopback callback, with optional tampering on the way.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+import ssl
 import threading
 import time
 import uuid
@@ -29,6 +36,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import jwt
+from steward.domain.errors import Unauthorized
 from steward.local.http_base import LocalHandler, LocalHttpServer
 
 SIGNING_KEY = "fake-issuer-test-key-of-32-bytes-or-more"
@@ -40,17 +48,20 @@ def s256(verifier: str) -> str:
 
 
 class FakeIssuer:
-    def __init__(self, client_id: str = CLIENT_ID, ttl: int = 3600) -> None:
+    def __init__(
+        self, client_id: str = CLIENT_ID, ttl: int = 3600, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.client_id = client_id
         self.ttl = ttl
         self.deny = False
         self.issued: list[str] = []
         self.grants: list[str] = []
+        self.authorizations: list[dict[str, str]] = []  # the query of each /authorize request
         self._codes: dict[str, dict[str, str]] = {}
         self._refresh: dict[str, str] = {}  # refresh token -> sub
         self._lock = threading.Lock()
         self.server: LocalHttpServer[FakeIssuer] = LocalHttpServer(
-            ("127.0.0.1", 0), _IssuerHandler, self, name="fake-oidc"
+            ("127.0.0.1", 0), _IssuerHandler, self, name="fake-oidc", tls=tls
         )
         self.url = self.server.url
 
@@ -76,6 +87,7 @@ class FakeIssuer:
 
     def authorize(self, query: dict[str, str]) -> tuple[int, str]:
         """(status, Location or error text)."""
+        self.authorizations.append(query)
         if query.get("client_id") != self.client_id or query.get("response_type") != "code":
             return 400, "unknown client or response type"
         if query.get("code_challenge_method") != "S256" or not query.get("code_challenge"):
@@ -126,6 +138,18 @@ class FakeIssuer:
             self._refresh[refresh] = "user-123"
         return 200, {**self._tokens("user-123"), "refresh_token": refresh}
 
+    def verify(self, token: str) -> dict[str, Any]:
+        """The claims of a current token of this issuer for this client; `Unauthorized` otherwise."""
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, SIGNING_KEY, algorithms=["HS256"], issuer=self.url, options={"verify_aud": False}
+            )
+        except jwt.InvalidTokenError as exc:
+            raise Unauthorized(f"token refused: {exc}") from None
+        if self.client_id not in (claims.get("aud"), claims.get("client_id")):
+            raise Unauthorized("token is for another client")
+        return claims
+
     def _tokens(self, sub: str) -> dict[str, Any]:
         now = int(time.time())
         common = {"sub": sub, "iss": self.url, "iat": now, "exp": now + self.ttl, "jti": str(uuid.uuid4())}
@@ -165,7 +189,8 @@ class _IssuerHandler(LocalHandler):
         elif self.command == "POST" and parts.path == "/token":
             body = self.read_body(64 * 1024).decode()
             status, answer = issuer.token({k: v[0] for k, v in parse_qs(body).items()})
-            self.send_json(status, answer, [("Cache-Control", "no-store")])
+            cors = [("Access-Control-Allow-Origin", self.headers["Origin"])] if self.headers["Origin"] else []
+            self.send_json(status, answer, [("Cache-Control", "no-store"), *cors])
         else:
             self.send_error_json(404, "not_found", "no such route")
 

@@ -197,14 +197,20 @@
     history.replaceState(null, "", `${location.pathname}${saved.back || "#/plans"}`);
     if (query.get("state") !== saved.state) throw new ApiError(400, "login", "sign-in answered a request this page did not make");
     if (query.has("error")) throw new ApiError(400, "login", `sign-in refused: ${query.get("error")}`);
-    const response = await fetch(config.token_url, {
-      method: "POST",
-      headers: { "Content-Type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({
-        grant_type: "authorization_code", client_id: config.client_id, code: query.get("code"),
-        redirect_uri: redirectUri(), code_verifier: saved.verifier,
-      }),
-    });
+    let response;
+    try {
+      response = await fetch(config.token_url, {
+        method: "POST",
+        headers: { "Content-Type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({
+          grant_type: "authorization_code", client_id: config.client_id, code: query.get("code"),
+          redirect_uri: redirectUri(), code_verifier: saved.verifier,
+        }),
+      });
+    } catch (_) {
+      // Unreachable, or outside the page's policy (a token URL that is not https).
+      throw new ApiError(0, "login", "cannot reach the sign-in's token endpoint (it must be https)");
+    }
     const data = await response.json().catch(() => ({}));
     if (!response.ok || !data.id_token) throw new ApiError(response.status, "login", "the token exchange was refused");
     keep(data.id_token, null);
