@@ -437,6 +437,58 @@ def test_a_task_cancelled_after_the_push_gets_no_pull_request(kit: Kit) -> None:
     assert kit.pull_numbers() == []
 
 
+# How a task ends while its runtime is between the push and the pull request: each a path the
+# control plane takes (a webhook of a pull request an earlier attempt opened, a withdrawal, the
+# reaper), as (status it moves through, then where it ends).
+ENDINGS = [
+    ("failed by the reaper", (TaskStatus.FAILED,)),
+    ("withdrawn in review", (TaskStatus.REVIEW, "withdraw")),
+    ("merged in review", (TaskStatus.REVIEW, TaskStatus.MERGED)),
+    ("closed in review", (TaskStatus.REVIEW, TaskStatus.CLOSED)),
+]
+
+
+@pytest.mark.parametrize(("how", "steps"), ENDINGS, ids=[e[0] for e in ENDINGS])
+def test_a_task_that_ended_after_the_push_gets_no_pull_request(
+    kit: Kit, how: str, steps: tuple[TaskStatus | str, ...]
+) -> None:
+    def end_after_push(name: str, record: Mapping[str, Any]) -> None:
+        if name != "push":
+            return
+        for step in steps:
+            task = kit.services.tasks.tasks.require(kit.task.id)
+            if step == "withdraw":
+                kit.services.tasks.cancel("alice", kit.task.id)
+            else:
+                kit.services.tasks.tasks.transition(task, TaskStatus(step), now=utcnow(), event="test_end")
+
+    with pytest.raises(PublishError) as caught:
+        kit.publish(kit.worked_clone(), on_stage=end_after_push)
+    ended = kit.services.tasks.tasks.require(kit.task.id).status
+    assert (caught.value.stage, caught.value.reason) == ("recheck_pull_request", "ended")
+    assert f"is {ended}" in caught.value.message
+    assert kit.pull_numbers() == []
+
+
+def test_a_task_in_review_reuses_its_pull_request_on_a_replay(kit: Kit) -> None:
+    """Review before the pull request stage: an earlier attempt opened it and only its answer
+    was lost; the replay goes on and reuses it (never a second one)."""
+    clone = kit.worked_clone()
+    with kit.once() as once:
+        tokens = Tokens(once, kit.installation)
+        once.find_pull(kit.installation, REPO, kit.task.branch)  # caches the API token first
+        kit.twin.faults.drop_response_after_pr_create = 1
+        with pytest.raises(GitHubError):
+            kit.publish(clone, app=once, tokens=tokens)
+        (opened,) = kit.pull_numbers()
+        task = kit.services.tasks.tasks.require(kit.task.id)  # the "opened" webhook's effect
+        kit.services.tasks.tasks.transition(task, TaskStatus.REVIEW, now=utcnow(), event="github_event")
+        result = kit.publish(clone, app=once, tokens=tokens)
+    assert result.pr_number == opened
+    assert kit.pull_numbers() == [opened]
+    assert stages_of(clone)["recheck_pull_request"]["detail"] == {"task_status": "review"}
+
+
 def test_a_superseded_task_opens_no_second_pull_request(kit: Kit) -> None:
     clone = kit.worked_clone("old")
     # the person edits the item while its task runs, and confirms the new revision

@@ -151,7 +151,7 @@ class Run:
         except (GitError, GitHubError) as exc:
             return self._fail(clone, f"{type(exc).__name__}: {exc}", RETRYABLE)
         except PublishError as exc:
-            if exc.reason == "cancelled":
+            if exc.reason in ("cancelled", "ended"):  # the task ended elsewhere: nothing to record
                 self._write_artifacts(clone, preserve=False)
                 return "cancelled"
             return self._fail(clone, f"publication refused: {exc.message}", FINAL, preserve=False)

@@ -4,7 +4,7 @@ Stages, in order, each recorded in `publish.json` (stage -> {status, at, detail}
 it ends: `stage` (git add -A, nested repositories left out), `record` (staged files,
 `diff.patch`, `git-status.txt`), `scan` (what would be pushed, before anything is
 committed), `commit` (as the Steward bot, with a `Steward-Task: <task id>` trailer),
-`resolve` (the SHA), `recheck_push` (the task is not cancelled), `push`,
+`resolve` (the SHA), `recheck_push` (the task is running, or in review), `push`,
 `recheck_pull_request`, `pull_request`. A status is `ok`, `skipped` (already done by an
 earlier attempt), `refused` (a rule stopped publication: `PublishError`) or `failed` (an
 error; the exception is raised after it is recorded).
@@ -471,13 +471,17 @@ class Publisher:
         return "ok", {"sha": self._head(run)}
 
     def _recheck(self, run: _Run, name: str) -> tuple[str, dict[str, Any]]:
+        """Go on only while the task is running, or in review (its pull request was opened by
+        this publication's earlier attempt, whose answer was lost): a task that ended (cancelled,
+        withdrawn, merged, failed) is one nobody may publish for any more."""
         status = self.status_of(run.task.id)
-        if status is None or status is TaskStatus.CANCELLED:
+        if status not in (TaskStatus.RUNNING, TaskStatus.REVIEW):
+            ended = "was cancelled" if status in (None, TaskStatus.CANCELLED) else f"is {status}"
             raise PublishError(
-                f"task {run.task.id} was cancelled; publication stops before "
+                f"task {run.task.id} {ended}; publication stops before "
                 + ("the push" if name == "recheck_push" else "opening a pull request"),
                 stage=name,
-                reason="cancelled",
+                reason="cancelled" if status in (None, TaskStatus.CANCELLED) else "ended",
             )
         return "ok", {"task_status": status.value}
 
