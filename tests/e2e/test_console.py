@@ -6,7 +6,6 @@ under build/console/ (look at them)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,11 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 from steward.local.sample_repo import SAMPLE_REPO
 
 from tests.support.documents import document
-from tests.support.local_cli import CHROMIUM, CHROMIUM_ARGS, STEWARD, clean_env, local_up
+from tests.support.local_cli import STEWARD, clean_env, local_up
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "console"
 # What a caller may send the login exchange instead of {"code": "<a code it was given>"}.
@@ -70,16 +69,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     state_file = tmp_path_factory.mktemp("console") / "local.json"
     with local_up(state_file, "--tick-seconds", "1", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
         yield Stack(state_file)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"chromium is not installed at {CHROMIUM}: `make test` installs it (make browser-tools)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield launched
-        launched.close()
 
 
 def api(stack: Stack, user: str = "alice") -> httpx.Client:
@@ -243,6 +232,29 @@ def test_confirm_on_a_stale_page_is_refused_and_approves_nothing(browser: Browse
     assert now["status"] in ("draft", "awaiting_confirmation")
     assert now["approved_hash"] is None
     assert now["content_hash"] == edited["content_hash"]
+    page.close()
+
+
+def test_archive_asks_once_more_in_the_page_then_the_plan_is_archived(browser: Browser, stack: Stack) -> None:
+    publish(stack, "console-archive", "[ ] An item nobody wants any more")
+    page = signed_in(browser, stack, "alice")  # a dialog fails the test: the page asks in place
+    page.goto(f"{stack.state['console_url']}#/plans/console-archive")
+    page.locator("#archive").click()
+    expect(page.locator("#archive-actions")).to_contain_text("Archiving is final")
+    shot(page, "plan-archive-ask")
+    page.locator("#archive-keep").click()  # changed their mind: nothing was sent
+    expect(page.locator("#archive")).to_be_visible()
+    with api(stack) as client:
+        assert client.get("/v1/plans/console-archive").json()["status"] in ("draft", "awaiting_confirmation")
+
+    page.locator("#archive").click()
+    expect(page.locator("#archive-confirm")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("#notice")).to_contain_text("Archived")
+    expect(page.locator("h1 .status")).to_have_text("archived")
+    expect(page.locator("#archive, #confirm")).to_have_count(0)  # final: nothing more to do
+    with api(stack) as client:
+        assert client.get("/v1/plans/console-archive").json()["status"] == "archived"
     page.close()
 
 

@@ -10,7 +10,6 @@ issuer's certificate (`ignore_https_errors`), made for this test by `steward.loc
 from __future__ import annotations
 
 import json
-import os
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, Route, expect
 from steward import wiring
 from steward.api.handler import lambda_handler
 from steward.domain.routes import CONSOLE_PREFIX
@@ -31,7 +30,6 @@ from steward.wiring import Services
 
 from tests.support.documents import document
 from tests.support.installations import link_installation
-from tests.support.local_cli import CHROMIUM, CHROMIUM_ARGS
 from tests.support.oidc import FakeIssuer, replace_param
 
 CLIENT_ID = "steward-console-test"
@@ -78,16 +76,6 @@ def deployed(
 def deployment(services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     with deployed(services, monkeypatch, local_tls.create(tmp_path).context) as made:
         yield made
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"chromium is not installed at {CHROMIUM}: `make test` installs it (make browser-tools)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

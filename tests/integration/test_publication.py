@@ -383,7 +383,12 @@ def test_push_done_but_the_pull_request_failed_then_a_replay_opens_one(kit: Kit)
     assert_nothing_persisted(clone, tokens, kit.tokens)
 
 
-def test_pull_request_created_but_its_response_lost_then_a_replay_reuses_it(kit: Kit) -> None:
+@pytest.mark.parametrize("opened_webhook_first", [False, True], ids=["running", "moved-to-review"])
+def test_pull_request_created_but_its_response_lost_then_a_replay_reuses_it(
+    kit: Kit, opened_webhook_first: bool
+) -> None:
+    """Also when the "opened" webhook moved the task to review before the replay: the re-check
+    lets a task in review go on, to reuse its pull request (never a second one)."""
     clone = kit.worked_clone()
     with kit.once() as once:
         tokens = Tokens(once, kit.installation)
@@ -393,10 +398,16 @@ def test_pull_request_created_but_its_response_lost_then_a_replay_reuses_it(kit:
             kit.publish(clone, app=once, tokens=tokens)
         assert len(kit.pull_numbers()) == 1  # it was created; only the answer was lost
         assert stages_of(clone)["pull_request"]["status"] == "failed"
+        if opened_webhook_first:
+            task = kit.services.tasks.tasks.require(kit.task.id)
+            kit.services.tasks.tasks.transition(task, TaskStatus.REVIEW, now=utcnow(), event="github_event")
 
         result = kit.publish(clone, app=once, tokens=tokens)
     assert kit.pull_numbers() == [result.pr_number]
-    assert stages_of(clone)["pull_request"]["detail"]["action"] == "reused"
+    recorded = stages_of(clone)
+    assert recorded["pull_request"]["detail"]["action"] == "reused"
+    status = "review" if opened_webhook_first else "running"
+    assert recorded["recheck_pull_request"]["detail"] == {"task_status": status}
 
 
 def test_a_lost_response_inside_one_publication_is_absorbed_by_its_retry(kit: Kit) -> None:
@@ -468,25 +479,6 @@ def test_a_task_that_ended_after_the_push_gets_no_pull_request(
     assert (caught.value.stage, caught.value.reason) == ("recheck_pull_request", "ended")
     assert f"is {ended}" in caught.value.message
     assert kit.pull_numbers() == []
-
-
-def test_a_task_in_review_reuses_its_pull_request_on_a_replay(kit: Kit) -> None:
-    """Review before the pull request stage: an earlier attempt opened it and only its answer
-    was lost; the replay goes on and reuses it (never a second one)."""
-    clone = kit.worked_clone()
-    with kit.once() as once:
-        tokens = Tokens(once, kit.installation)
-        once.find_pull(kit.installation, REPO, kit.task.branch)  # caches the API token first
-        kit.twin.faults.drop_response_after_pr_create = 1
-        with pytest.raises(GitHubError):
-            kit.publish(clone, app=once, tokens=tokens)
-        (opened,) = kit.pull_numbers()
-        task = kit.services.tasks.tasks.require(kit.task.id)  # the "opened" webhook's effect
-        kit.services.tasks.tasks.transition(task, TaskStatus.REVIEW, now=utcnow(), event="github_event")
-        result = kit.publish(clone, app=once, tokens=tokens)
-    assert result.pr_number == opened
-    assert kit.pull_numbers() == [opened]
-    assert stages_of(clone)["recheck_pull_request"]["detail"] == {"task_status": "review"}
 
 
 def test_a_superseded_task_opens_no_second_pull_request(kit: Kit) -> None:

@@ -13,6 +13,7 @@
   const RETRYABLE = new Set(["failed", "closed", "cancelled"]);
   const CANCELLABLE = new Set(["queued", "running", "review"]);
   const CONFIRMABLE = new Set(["draft", "awaiting_confirmation"]);
+  const ARCHIVABLE = new Set(["draft", "awaiting_confirmation", "confirmed", "in_progress"]);
   const POLL_MS = 2000;
 
   let config = { sign_in: "none", live_output: "poll" };
@@ -321,7 +322,36 @@
       });
       parts.push(el("div", { class: "actions" }, button));
     }
+    if (ARCHIVABLE.has(plan.status)) parts.push(archiveActions(slug));
     showFor(mine, ...parts);
+  }
+
+  // Archiving is final and cancels the plan's queued and running tasks: the page asks once
+  // more in place (no dialog), and the API decides.
+  function archiveActions(slug) {
+    const box = el("div", { class: "actions", id: "archive-actions" });
+    const ask = () => box.replaceChildren(el("button", { type: "button", class: "danger", id: "archive", onclick: confirmStep }, "Archive…"));
+    function confirmStep() {
+      const yes = el("button", { type: "button", class: "danger", id: "archive-confirm" }, "Archive this plan");
+      yes.addEventListener("click", async () => {
+        yes.disabled = true;
+        try {
+          await api("POST", `/v1/plans/${enc(slug)}/archive`);
+          await planPage(slug);
+          notify("Archived: the loop starts nothing more for this plan.", true);
+        } catch (error) {
+          notify(`Not archived: ${error.message}`);
+          yes.disabled = false;
+        }
+      });
+      box.replaceChildren(
+        el("p", { class: "muted" }, "Archiving is final: the plan's queued and running tasks are cancelled, and nothing more starts."),
+        yes,
+        el("button", { type: "button", id: "archive-keep", onclick: ask }, "Keep it"));
+      yes.focus();
+    }
+    ask();
+    return box;
   }
 
   async function taskPage(id) {
