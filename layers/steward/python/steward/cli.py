@@ -436,6 +436,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
             if key.endswith("_url") or key == "ca_bundle":
                 print(f"  {key}: {value}", flush=True)
         print("  users: " + ", ".join(stack.state["users"]) + "  (Ctrl-C to stop)", flush=True)
+        print("  web console: `steward local login alice` prints a sign-in link", flush=True)
         stop.wait()
         print("stopping", flush=True)
     return 0
