@@ -33,6 +33,7 @@ HOSTILE_LOGIN_BODIES = [
     b'{"code": {"$ne": ""}}',
     b'{"codes": "x"}',
     b'{"code": "' + b"x" * 5000 + b'"}',  # over the body bound
+    b"[" * 2040 + b"]" * 2040,  # nested deeper than Python parses, inside the body bound
 ]
 # Item titles a document may hold: each must show as the text it is, and run nothing.
 HOSTILE_TITLES = [

@@ -3,6 +3,7 @@ Gateway's authorizer would), the real Lambda handler, DynamoDB and S3 on a moto 
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -110,6 +111,8 @@ def test_publish_confirm_and_read_back(alice: Api) -> None:
         ("{}", "markdown"),
         ('{"markdown": "x", "colour": "red"}', "colour"),
         ('{"markdown": 7}', "markdown"),
+        ("[" * 5000 + "]" * 5000, "body"),  # nested deeper than Python parses
+        ('{"markdown": ' + "{" * 5000, "body"),
     ],
 )
 def test_bad_bodies_are_400_naming_the_field(alice: Api, body: str, field: str) -> None:
@@ -119,6 +122,24 @@ def test_bad_bodies_are_400_naming_the_field(alice: Api, body: str, field: str) 
     assert response.status_code == 400
     assert error_of(response)["field"] == field
     assert alice("GET", "/v1/plans/bad-body").status_code == 404  # nothing written
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/plans/deep/confirm"), ("PUT", "/v1/loop")])
+def test_a_body_nested_too_deeply_is_400_on_every_route_that_takes_one(
+    alice: Api, method: str, path: str
+) -> None:
+    response = alice.http.request(
+        method, path, content="[" * 5000 + "]" * 5000, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert error_of(response)["field"] == "body"
+
+
+def test_a_cursor_that_decodes_to_deep_json_is_400(alice: Api) -> None:
+    cursor = base64.urlsafe_b64encode(b"[" * 1500).decode().rstrip("=")
+    response = alice("GET", "/v1/plans", params={"cursor": cursor})
+    assert response.status_code == 400
+    assert error_of(response)["field"] == "cursor"
 
 
 @pytest.mark.parametrize(

@@ -646,6 +646,8 @@ def test_the_relay_recognizes_issued_credentials_and_nothing_generic() -> None:
     assert is_capability(CAPABILITY)
     assert not is_capability("eyJub3Q.anwt")
     assert not is_capability(_jwt({"kid": ["unhashable"]}, {"iss": "steward"}), {"key-1"})
+    deep = base64.urlsafe_b64encode(b"[" * 5000).decode().rstrip("=")  # nested deeper than Python parses
+    assert not is_capability(f"eyJhbGciOiJub25lIn0.{deep}.sig")
 
 
 def test_tickets_carry_a_prefix_and_256_random_bits() -> None:

@@ -172,7 +172,7 @@ def decode_cursor(cursor: str | None, *, must_match: Mapping[str, Any]) -> dict[
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         key = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+    except (binascii.Error, ValueError, RecursionError) as exc:
         raise BadRequest("cursor is not one this API returned", field="cursor") from exc
     if not isinstance(key, dict) or any(key.get(k) != v for k, v in must_match.items()):
         raise BadRequest("cursor is not one this API returned", field="cursor")

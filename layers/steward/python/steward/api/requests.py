@@ -65,6 +65,8 @@ def parse_body(raw: str | None, model: type[M], *, optional: bool = False) -> M:
         raise BadRequest(f"request body is not valid JSON: {exc.msg}", field="body") from exc
     except ValueError as exc:  # e.g. an integer too long to convert
         raise BadRequest(f"request body is not valid JSON: {exc}", field="body") from exc
+    except RecursionError as exc:  # nested deeper than Python parses
+        raise BadRequest("request body is nested too deeply", field="body") from exc
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object", field="body")
     try:

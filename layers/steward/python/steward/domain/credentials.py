@@ -47,7 +47,7 @@ def _segment(text: str) -> Any:
         return None
     try:
         return json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except (binascii.Error, ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError: ValueErrors
         return None
 
 

@@ -81,7 +81,7 @@ class LoginCodes:
         try:
             body = json.loads(handler.read_body(MAX_BODY_BYTES))
             code = body["code"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise Refused(400, "bad_request", 'send {"code": "..."} as JSON') from None
         user = self.redeem(code) if isinstance(code, str) else None
         if user is None:

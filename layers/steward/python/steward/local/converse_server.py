@@ -191,7 +191,7 @@ class ConverseServer(JsonLoopbackServer):
             return ErrorReply("UnknownOperationException", "unknown operation", status=404).reply()
         try:
             parsed = json.loads(body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return ErrorReply("SerializationException", "body is not JSON", status=400).reply()
         if not isinstance(parsed, dict):
             return ErrorReply("SerializationException", "body is not a JSON object", status=400).reply()

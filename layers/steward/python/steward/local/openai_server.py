@@ -105,7 +105,7 @@ class OpenAIServer(JsonLoopbackServer):
             return OpenAIError(404, "unknown route", "invalid_request_error").reply()
         try:
             parsed = json.loads(body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return OpenAIError(400, "body is not JSON", "invalid_request_error").reply()
         if not isinstance(parsed, dict):
             return OpenAIError(400, "body is not a JSON object", "invalid_request_error").reply()
