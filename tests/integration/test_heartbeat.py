@@ -352,10 +352,22 @@ def test_a_pull_request_reviving_a_failed_task_during_a_held_lease_still_complet
     assert (plan.status, plan.active_items[0].status.value) == (PlanStatus.COMPLETED, "merged")
 
 
-def test_archiving_cancels_and_stops_running_tasks(loop: Loop) -> None:
+def test_archiving_cancels_its_tasks_at_once(loop: Loop) -> None:
+    """The archive cancels them itself; their runtimes stop at their next heartbeat (as for a
+    person's cancel), and the loop has nothing left to cancel."""
     confirmed(loop, *numbered(2))
     tick(loop)
     loop.services.plans.archive("alice", "demo")
+    assert {t["status"] for t in all_tasks(loop)} == {"cancelled"}
+    tick(loop)
+    assert {t["status"] for t in all_tasks(loop)} == {"cancelled"}
+    assert len(loop.ecs.runs) == 2  # nothing spawned or launched for the archived plan
+
+
+def test_the_loop_cancels_and_stops_what_an_interrupted_archive_left_running(loop: Loop) -> None:
+    confirmed(loop, *numbered(2))
+    tick(loop)
+    loop.services.plans.store.archive("alice", "demo", now=loop.clock())  # died before its cancels
     assert tick(loop) is Outcome.WORKED
     statuses = {t["status"] for t in all_tasks(loop)}
     assert statuses == {"cancelled"}
@@ -534,7 +546,7 @@ def test_every_action_of_a_decision_is_safe_to_apply_twice(loop: Loop) -> None:
     confirmed(loop, *numbered(3))
     confirmed(loop, "To archive", slug="old")
     tick(loop)
-    loop.services.plans.archive("alice", "old")
+    loop.services.plans.store.archive("alice", "old", now=loop.clock())  # its tasks left to the loop
     done = loop.tasks.get(loop.services.plans.get("alice", "demo").active_items[0].task_id or "")
     assert done is not None
     for status in (TaskStatus.RUNNING, TaskStatus.FAILED):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from steward.adapters.dynamo import count_requests
@@ -257,3 +258,34 @@ def test_a_hundred_item_document_at_the_size_limit_is_stored_and_spawns(services
         assert services.tasks.tasks.project_item(failed, now=utcnow())
     stored = services.plans.get("alice", "max")
     assert [i.last_classification for i in stored.active_items if i.task_id] == ["retryable"] * 2
+
+
+def test_archive_cancels_the_plans_queued_and_running_tasks_at_once(services: Services) -> None:
+    """Not at the loop's next tick: a runtime must not publish for an archived plan meanwhile."""
+    services.plans.publish("alice", "doomed", document(*numbered(3)))
+    plan = services.plans.confirm("alice", "doomed")
+    services.plans.publish("alice", "kept", document("Another plan's item"))
+    other = services.plans.confirm("alice", "kept")
+    now = utcnow()
+    running = services.tasks.tasks.claim(
+        spawn_item(services, plan, 1)[0], runtime_id="r1", now=now, deadline=now + timedelta(hours=1)
+    )
+    queued, _ = spawn_item(services, plan, 2)
+    in_review, _ = services.tasks.tasks.transition(
+        services.tasks.tasks.claim(
+            spawn_item(services, plan, 3)[0], runtime_id="r3", now=now, deadline=now + timedelta(hours=1)
+        ),
+        TaskStatus.REVIEW,
+        now=now,
+        event="github_event",
+    )
+    elsewhere, _ = spawn_item(services, other, 1)
+
+    archived = services.plans.archive("alice", "doomed")
+
+    assert archived.status is PlanStatus.ARCHIVED
+    after = {t.id: services.tasks.tasks.require(t.id) for t in (running, queued, in_review, elsewhere)}
+    for task in (running, queued):
+        assert (after[task.id].status, after[task.id].reason) == (TaskStatus.CANCELLED, "plan archived")
+    assert after[in_review.id].status is TaskStatus.REVIEW  # its pull request stays the person's to decide
+    assert after[elsewhere.id].status is TaskStatus.QUEUED  # another plan's task is untouched

@@ -51,6 +51,7 @@ from steward.domain.models import (
 
 RETRYABLE = "retryable"
 SUPERSEDED = "superseded"  # the reason of a task cancelled because its item's text changed
+PLAN_ARCHIVED = "plan archived"  # the reason of a task cancelled because its plan was archived
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
         p.id for p in plans if p.kind is PlanKind.FIXTURE and p.status is PlanStatus.ARCHIVED
     }
     actions: list[Action] = [
-        Cancel(t.id, "plan archived")
+        Cancel(t.id, PLAN_ARCHIVED)
         for t in live_tasks
         if t.kind is PlanKind.FIXTURE and t.plan_id in archived_fixtures and t.status in _RUNS
     ]
@@ -192,7 +193,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     for plan in sorted(plans, key=lambda p: (p.created_at, p.slug)):
         plan_tasks = [t for t in live_tasks if t.plan_id == plan.id]
         if plan.status is PlanStatus.ARCHIVED:
-            actions += [Cancel(t.id, "plan archived") for t in plan_tasks]
+            actions += [Cancel(t.id, PLAN_ARCHIVED) for t in plan_tasks]
             continue
         if plan.status not in (PlanStatus.CONFIRMED, PlanStatus.IN_PROGRESS):
             continue

@@ -31,6 +31,7 @@ changed plan answers that the approved content is not kept.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -46,9 +47,9 @@ from steward.domain import plans as plan_rules
 from steward.domain.documents import DocumentPolicy, TaskDocument, check_priced, parse_document
 from steward.domain.errors import Conflict, InvalidDocument, LifecycleError, NoSuchContent
 from steward.domain.ids import plan_id, validate_slug
-from steward.domain.models import Plan, PlanKind, TaskStatus, utcnow
+from steward.domain.models import Plan, PlanKind, Task, TaskStatus, utcnow
 from steward.domain.prices import PriceTable
-from steward.domain.reconcile import SUPERSEDED, superseded
+from steward.domain.reconcile import PLAN_ARCHIVED, SUPERSEDED, superseded
 
 logger = logging.getLogger(__name__)
 
@@ -194,23 +195,38 @@ class PlanService:
                 continue
             try:
                 task = self.tasks.get(item.supersedes)
-                if task is None or not superseded(plan, task):
-                    continue
-                self.tasks.transition(
-                    task,
-                    TaskStatus.CANCELLED,
-                    now=self.clock(),
-                    event="cancelled",
-                    classification="final",
-                    reason=SUPERSEDED,
-                )
-            except LifecycleError:
-                continue  # it reached review meanwhile: it keeps its pull request
+                if task is not None and superseded(plan, task):
+                    self._cancel_run(task, SUPERSEDED)
             except Exception:  # the approval stands; the loop's next tick cancels it
                 logger.exception("cancelling superseded task %s failed", item.supersedes)
+
+    def _cancel_run(self, task: Task, reason: str) -> None:
+        """Cancel `task` if still queued or running (its runtime stops at its next heartbeat,
+        and publication's re-check refuses it); one that reached review keeps its pull request."""
+        if task.status not in (TaskStatus.QUEUED, TaskStatus.RUNNING):
+            return
+        with contextlib.suppress(LifecycleError):  # it reached review meanwhile
+            self.tasks.transition(
+                task,
+                TaskStatus.CANCELLED,
+                now=self.clock(),
+                event="cancelled",
+                classification="final",
+                reason=reason,
+            )
 
     def submit(self, user: str, slug: str) -> Plan:
         return self.store.submit(user, validate_slug(slug), now=self.clock())
 
     def archive(self, user: str, slug: str) -> Plan:
-        return self.store.archive(user, validate_slug(slug), now=self.clock())
+        """Archive the plan and cancel its queued and running tasks at once (the loop's next
+        tick would too: this spares their runtimes the wait, so none publishes for an
+        archived plan). A task in review keeps its pull request."""
+        plan = self.store.archive(user, validate_slug(slug), now=self.clock())
+        try:
+            for task in self.tasks.live_for_user(user):
+                if task.plan_id == plan.id:
+                    self._cancel_run(task, PLAN_ARCHIVED)
+        except Exception:  # the archive stands; the loop's next tick cancels what is left
+            logger.exception("cancelling the tasks of archived plan %s failed", plan.id)
+        return plan
