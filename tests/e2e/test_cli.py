@@ -887,3 +887,27 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
         assert re.search(r"http://127\.0\.0\.1:\d+/steward-demo/calculator/pull/\d+", row), row
     assert not (tmp_path / "demo.json").exists()
     assert (tmp_path / "stack.lock").read_text() == ""  # released: no pid of a stopped stack
+
+
+# Slugs and task ids that would name another route, or none, if put in a path as they are.
+HOSTILE_REFERENCES = [
+    ("plan", "show", "a/b"),
+    ("plan", "show", "#/tasks/x"),
+    ("plan", "confirm", "../loop"),
+    ("plan", "publish", "x.md", "--slug", "UPPER"),
+    ("tasks", "--plan", "a?b=c"),
+    ("task", "show", "t0000/../../v1/loop"),
+    ("task", "cancel", "%2e%2e"),
+    ("task", "logs", ""),
+]
+
+
+@pytest.mark.parametrize("args", HOSTILE_REFERENCES, ids=[" ".join(a) for a in HOSTILE_REFERENCES])
+def test_a_slug_or_task_id_the_api_would_never_take_is_refused_before_any_request(
+    args: tuple[str, ...], tmp_path: Path
+) -> None:
+    refused = steward(*args, "--json", "--state-file", str(tmp_path / "no-stack.json"))
+    assert refused.returncode == 2
+    error = json.loads(refused.stdout)["error"]
+    assert error["code"] == "usage"
+    assert "a slug is" in error["message"] or "a task id is" in error["message"], error

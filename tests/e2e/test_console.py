@@ -68,7 +68,14 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     state_file = tmp_path_factory.mktemp("console") / "local.json"
-    with local_up(state_file, "--tick-seconds", "1", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+    with local_up(
+        state_file,
+        "--tick-seconds",
+        "1",
+        settings={"STEWARD_RUNNER_HEARTBEAT_SECONDS": "1"},  # runtimes notice a cancel within a second
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ):
         yield Stack(state_file)
 
 
@@ -80,9 +87,10 @@ def api(stack: Stack, user: str = "alice") -> httpx.Client:
     )
 
 
-def publish(stack: Stack, slug: str, *items: str, user: str = "alice") -> dict[str, Any]:
+def publish(stack: Stack, slug: str, *items: str, user: str = "alice", setup: str = "") -> dict[str, Any]:
     markdown = document(*items, repo=SAMPLE_REPO, checks=("python -m pytest -q",)).replace(
-        "checks:", "model: scripted-coder\nbudget_usd: 0.50\nchecks:"
+        "checks:",
+        "model: scripted-coder\nbudget_usd: 0.50\n" + (f"setup:\n  - {setup}\n" if setup else "") + "checks:",
     )
     with api(stack, user) as client:
         answer = client.put(f"/v1/plans/{slug}", json={"markdown": markdown})
@@ -132,6 +140,42 @@ def test_a_login_link_signs_in_once_and_no_token_reaches_a_url(browser: Browser,
     expect(again.locator("#notice")).to_contain_text("used or expired")
     expect(again.locator("h1")).to_have_text("Sign in")
     again.close()
+
+
+def test_a_login_link_opened_in_a_tab_already_on_the_console_signs_in(browser: Browser, stack: Stack) -> None:
+    page = browser.new_page()
+    page.goto(stack.state["console_url"])
+    expect(page.locator("h1")).to_have_text("Sign in")
+    page.goto(login_link(stack, "frank"))  # the same document: only the fragment changes
+    expect(page.locator("#who")).to_have_text("frank")
+    assert "login=" not in page.url
+    page.goto(stack.state["console_url"] + "#login=not-a-code")
+    expect(page.locator("#notice")).to_contain_text("this login link is malformed")
+    assert "login=" not in page.url
+    page.close()
+
+
+# Addresses no page has: each is "Not found", said once, and asks the API nothing odd.
+ODD_PAGES = [
+    "#/plans/..",
+    "#/plans/%E0%A4%A",
+    "#/plans/a%2Fb",
+    "#/tasks/../../v1/loop",
+    "#/nowhere",
+    "#/plans/UPPER",
+]
+
+
+def test_an_address_no_page_has_is_not_found_and_said_once(browser: Browser, stack: Stack) -> None:
+    page = signed_in(browser, stack, "alice")
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    for odd in ODD_PAGES:
+        page.goto(stack.state["console_url"] + odd)
+        expect(page.locator("h1")).to_have_text("Not found")
+        expect(page.locator("#notice")).to_be_hidden()
+    assert not [u for u in requested if "/v1/" in u and "/v1/plans?" not in u], requested
+    page.close()
 
 
 @pytest.mark.parametrize("body", HOSTILE_LOGIN_BODIES)
@@ -224,8 +268,9 @@ def test_confirm_on_a_stale_page_is_refused_and_approves_nothing(browser: Browse
     edited = publish(stack, "console-stale", "[ ] An edited item the page never showed")  # another session
     page.locator("#confirm").click()
     expect(page.locator("#notice")).to_contain_text("Not confirmed")
+    expect(page.locator("#confirm")).to_have_count(0)  # that content can never be confirmed now
     shot(page, "plan-stale-refused")
-    page.reload()  # what it shows now: the edited item, and what changed (never confirmed: added)
+    page.locator("#review-again").click()  # what it shows now: the edited item, and what changed
     expect(page.locator("table.items .item-title")).to_have_text(["An edited item the page never showed"])
     expect(page.locator("ul.changes")).to_contain_text("added: #1 An edited item the page never showed")
     with api(stack) as client:
@@ -244,11 +289,13 @@ def test_archive_asks_once_more_in_the_page_then_the_plan_is_archived(browser: B
     expect(page.locator("#archive-actions")).to_contain_text("Archiving is final")
     shot(page, "plan-archive-ask")
     page.locator("#archive-keep").click()  # changed their mind: nothing was sent
-    expect(page.locator("#archive")).to_be_visible()
+    expect(page.locator("#archive")).to_be_focused()
     with api(stack) as client:
         assert client.get("/v1/plans/console-archive").json()["status"] in ("draft", "awaiting_confirmation")
 
     page.locator("#archive").click()
+    expect(page.locator("#archive-keep")).to_be_focused()  # Enter twice keeps the plan
+    page.keyboard.press("Shift+Tab")
     expect(page.locator("#archive-confirm")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("#notice")).to_contain_text("Archived")
@@ -257,6 +304,55 @@ def test_archive_asks_once_more_in_the_page_then_the_plan_is_archived(browser: B
     with api(stack) as client:
         assert client.get("/v1/plans/console-archive").json()["status"] == "archived"
     page.close()
+
+
+SLOW_SETUP = 'python -c "import time; [print(i, flush=True) or time.sleep(0.5) for i in range(240)]"'
+
+
+def test_a_cancelled_run_shows_its_output_and_artifacts_and_a_retry_links_the_next_attempt(
+    browser: Browser, stack: Stack
+) -> None:
+    plan = publish(stack, "console-cancel", "[ ] An item whose setup takes its time", setup=SLOW_SETUP)
+    with api(stack) as client:  # the loop looks every second: the retry's attempt comes at once
+        assert client.put("/v1/loop", json={"interval_seconds": 1}).is_success
+        assert client.post(
+            "/v1/plans/console-cancel/confirm", json={"content_hash": plan["content_hash"]}
+        ).is_success
+    task_id = wait_for_task(stack, "console-cancel")
+    page = signed_in(browser, stack, "alice")
+    page.goto(f"{stack.state['console_url']}#/tasks/{task_id}")
+    expect(page.locator("#summary h1 .status")).to_have_text("running", timeout=30_000)
+    expect(page.locator("#output")).to_contain_text("3", timeout=30_000)  # the setup's live output
+    page.locator("#cancel").click()
+    expect(page.locator("#summary h1 .status")).to_have_text("cancelled")
+    expect(page.locator("#artifacts a.artifact").first).to_be_visible(
+        timeout=20_000
+    )  # uploaded once it noticed
+    expect(page.locator("#output")).not_to_have_text("(waiting for output)")
+
+    page.locator("#retry").click()
+    expect(page.locator("#notice")).to_contain_text("Retry requested")
+    expect(page.locator("#retry")).to_have_count(0)
+    newer = page.locator("#newer-attempt")
+    expect(newer).to_be_visible(timeout=30_000)  # the page followed the plan to the new attempt
+    newer_id = newer.inner_text()
+    assert newer_id != task_id
+    page.goto(f"{stack.state['console_url']}#/tasks/{task_id}")  # the old attempt offers no Retry now
+    expect(page.locator("#newer-attempt")).to_have_text(newer_id)
+    expect(page.locator("#retry")).to_have_count(0)
+    with api(stack) as client:
+        assert client.post(f"/v1/tasks/{newer_id}/cancel").is_success  # frees the loop for the others
+    page.close()
+
+
+def wait_for_task(stack: Stack, slug: str) -> str:
+    with api(stack) as client:
+        for _ in range(150):
+            items = client.get(f"/v1/plans/{slug}").json()["items"]
+            if items[0]["task_id"]:
+                return str(items[0]["task_id"])
+            time.sleep(0.2)
+    raise AssertionError(f"the loop spawned no task for {slug}")
 
 
 def test_hostile_titles_render_as_text_and_run_nothing(browser: Browser, stack: Stack) -> None:
@@ -295,8 +391,20 @@ def test_loop_settings_pause_and_resume_at_phone_width(browser: Browser, stack: 
     expect(page.locator("#notice")).to_contain_text("Paused")
     with api(stack, "alice") as client:
         assert client.get("/v1/loop").json()["paused"] is False  # carol's loop, not alice's
+    expect(page.locator("#interval_seconds")).to_have_value("60")  # how often the loop looks
+    page.locator("#quiet_start").fill("22:00")  # no end: refused in the page, nothing saved
+    page.locator("#max_parallel").fill("7")
+    page.locator("#max_parallel").press("Enter")
+    expect(page.locator("#notice")).to_contain_text("quiet hours need both a start and an end")
+    expect(page.locator("#quiet_end")).to_be_focused()
+    saved = page.evaluate(
+        "async () => (await (await fetch('/v1/loop', {headers: {Authorization:"
+        " `Bearer ${sessionStorage.getItem('steward.token')}`}})).json()).max_parallel"
+    )
+    assert saved != 7
+    page.locator("#quiet_start").fill("")
     page.locator("#max_parallel").fill("2")
-    page.keyboard.press("Enter")
+    page.locator("#max_parallel").press("Enter")
     expect(page.locator("#notice")).to_contain_text("saved")
     page.locator("#pause").focus()
     page.keyboard.press("Enter")  # the keyboard alone resumes it

@@ -823,6 +823,32 @@ def test_a_body_without_a_usable_length_is_a_400_that_closes_the_connection(
     assert recorder.events == []
 
 
+# What the standard library refuses before a handler runs: each answered in the JSON shape.
+MALFORMED_REQUESTS = [
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),  # request line too long
+    (b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n", 431),  # a header too long
+    (b"GET / HTTP/9.9\r\nHost: x\r\n\r\n", 505),  # a version nobody speaks
+    (b"GET\r\n\r\n", 400),  # no path, no version
+    (b"BREW / HTTP/1.1\r\nHost: x\r\n\r\n", 501),  # a method no route has
+]
+
+
+@pytest.mark.parametrize(("raw", "status"), MALFORMED_REQUESTS, ids=[str(s) for _, s in MALFORMED_REQUESTS])
+def test_what_the_standard_library_refuses_is_answered_as_json(
+    rest: LambdaHttpServer, recorder: Recorder, raw: bytes, status: int
+) -> None:
+    answer = _exchange(rest, raw)
+    if answer.startswith(b"HTTP/"):
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ", 2)[1] == str(status).encode()
+        assert b"Content-Type: application/json" in head
+    else:  # a request line without a version the server speaks gets an HTTP/0.9 answer: no head
+        body = answer
+    assert set(json.loads(body)["error"]) >= {"code", "message"}
+    assert b"<html" not in answer.lower()
+    assert recorder.events == []
+
+
 def test_chunked_bodies_are_decoded_within_the_limit(rest: LambdaHttpServer, recorder: Recorder) -> None:
     url = f"{rest.url}/v1/relay/converse"
     ok = httpx.post(url, content=iter([b"hello ", b"chunked ", b"world"]))

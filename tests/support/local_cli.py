@@ -34,10 +34,16 @@ def clean_env() -> dict[str, str]:
 
 
 @contextmanager
-def local_up(state_file: Path, *args: str, **popen: Any) -> Iterator[subprocess.Popen[str]]:
-    """`steward local up` until its state file exists; terminated (then killed) afterwards."""
+def local_up(
+    state_file: Path, *args: str, settings: dict[str, str] | None = None, **popen: Any
+) -> Iterator[subprocess.Popen[str]]:
+    """`steward local up` (with these STEWARD_* `settings`) until its state file exists;
+    terminated (then killed) afterwards."""
     process = subprocess.Popen(
-        [*STEWARD, "--state-file", str(state_file), "local", "up", *args], text=True, env=clean_env(), **popen
+        [*STEWARD, "--state-file", str(state_file), "local", "up", *args],
+        text=True,
+        env={**clean_env(), **(settings or {})},
+        **popen,
     )
     try:
         deadline = time.monotonic() + 60

@@ -42,6 +42,7 @@ from steward.cli_render import (
 )
 from steward.domain.capability import MAX_LIFETIME_SECONDS
 from steward.domain.errors import StewardError
+from steward.domain.ids import SLUG_PATTERN, TASK_ID_PATTERN
 from steward.domain.models import TERMINAL_PLAN_STATUSES, TERMINAL_TASK_STATUSES
 
 Handler = Callable[[argparse.Namespace], int]
@@ -105,6 +106,19 @@ def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> 
 
 def _client(args: argparse.Namespace) -> ApiClient:
     return ApiClient(resolve_endpoint(args.user, args.state_file))
+
+
+def _slug(value: str) -> str:
+    """A plan slug as the API takes it, checked before any request (a `/` would name another route)."""
+    if not SLUG_PATTERN.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"a slug is [a-z0-9][a-z0-9-]{{0,62}}, not {value[:80]!r}")
+    return value
+
+
+def _task_id(value: str) -> str:
+    if not TASK_ID_PATTERN.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"a task id is t and 24 hex digits, not {value[:80]!r}")
+    return value
 
 
 def _state_file(args: argparse.Namespace) -> Path:
@@ -686,14 +700,14 @@ def _add_plan_commands(sub: Any) -> None:
     )
     p = plan.add_parser("publish", help="upsert a Task Document")
     p.add_argument("file")
-    p.add_argument("--slug", help="plan slug (default: derived from the file name)")
+    p.add_argument("--slug", type=_slug, help="plan slug (default: derived from the file name)")
     p.set_defaults(func=cmd_plan_publish)
     for action, text in (("submit", "ask for confirmation"), ("archive", "stop the plan")):
         p = plan.add_parser(action, help=text)
-        p.add_argument("slug")
+        p.add_argument("slug", type=_slug)
         p.set_defaults(func=_plan_action(action))
     p = plan.add_parser("confirm", help="approve the plan's current content")
-    p.add_argument("slug")
+    p.add_argument("slug", type=_slug)
     p.add_argument(
         "--content-hash",
         help="the content you reviewed (the 12 characters `plan show` prints, or the whole hash): "
@@ -701,13 +715,13 @@ def _add_plan_commands(sub: Any) -> None:
     )
     p.set_defaults(func=_plan_action("confirm"))
     p = plan.add_parser("show", help="one plan: what confirming it approves, its items and their details")
-    p.add_argument("slug")
+    p.add_argument("slug", type=_slug)
     p.set_defaults(func=cmd_plan_show)
     p = plan.add_parser("diff", help="what changed since the plan's last confirmation")
-    p.add_argument("slug")
+    p.add_argument("slug", type=_slug)
     p.set_defaults(func=cmd_plan_diff)
     p = plan.add_parser("watch", help="a live view of the plan and its tasks until it ends")
-    p.add_argument("slug")
+    p.add_argument("slug", type=_slug)
     _watch_options(p)
     p.set_defaults(func=cmd_plan_watch)
     plan.add_parser("list", help="your plans").set_defaults(func=cmd_plan_list)
@@ -715,44 +729,44 @@ def _add_plan_commands(sub: Any) -> None:
 
 def _add_task_commands(sub: Any) -> None:
     p = sub.add_parser("tasks", help="list tasks")
-    p.add_argument("--plan", help="only the tasks of this plan slug")
+    p.add_argument("--plan", type=_slug, help="only the tasks of this plan slug")
     _watch_options(p, flag="refresh the table until every task has ended")
     p.set_defaults(func=cmd_tasks)
     task = sub.add_parser("task", help="one task").add_subparsers(dest="task_command", required=True)
     p = task.add_parser("show")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.set_defaults(func=cmd_task_show)
     p = task.add_parser("retry", help="ask the loop for another attempt of a finished task's item")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.set_defaults(func=cmd_task_retry)
     p = task.add_parser("cancel", help="cancel a queued or running task; withdraw one in review")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.set_defaults(func=cmd_task_cancel)
     p = task.add_parser("events", help="the task's events in order")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.add_argument("--follow", action="store_true", help="keep printing new events until the task ends")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_task_events)
     p = task.add_parser("logs", help="the task's output: live while it runs, its screen tail after")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.add_argument("--follow", action="store_true", help="wait for it to start and print until it ends")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_task_logs)
     p = task.add_parser("artifacts", help="the task's artifacts and their sizes")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.set_defaults(func=cmd_task_artifacts)
     p = task.add_parser("artifact", help="one artifact, to stdout or a file")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.add_argument(
         "name", help="bootstrap.json, harness.json, diff.patch, git-status.txt, publish.json, screen.txt"
     )
     p.add_argument("-o", "--output", help="write it to this file")
     p.set_defaults(func=cmd_task_artifact)
     p = task.add_parser("diff", help="the change the task made (its diff.patch)")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.set_defaults(func=cmd_task_diff)
     p = task.add_parser("open", help="the task's pull request (printed, and opened in a browser)")
-    p.add_argument("id")
+    p.add_argument("id", type=_task_id)
     p.set_defaults(func=cmd_task_open)
 
 

@@ -27,6 +27,7 @@ FILES = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 SCOPES = "openid email"
 _HOST = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?")
@@ -89,7 +90,7 @@ def register(app: APIGatewayHttpResolver, settings: Callable[[], Settings]) -> N
 
     @app.get(PREFIX)
     def console_root() -> Response[str]:
-        return Response(status_code=302, headers={"Location": f"{PREFIX}/"}, body="")
+        return Response(status_code=302, headers={"Location": f"{PREFIX}/", **_headers(settings())}, body="")
 
     @app.get(f"{PREFIX}/")
     def console_index() -> Response[str]:
@@ -109,8 +110,14 @@ def register(app: APIGatewayHttpResolver, settings: Callable[[], Settings]) -> N
         return _static(name)
 
     def _static(name: str) -> Response[str]:
-        if name not in FILES:
-            raise NotFound(f"the console has no file {name[:64]!r}", field="path")
+        if name not in FILES:  # answered here, not by the error handler: with the page's headers
+            error = NotFound(f"the console has no file {name[:64]!r}", field="path")
+            return Response(
+                status_code=404,
+                content_type="application/json",
+                body=json.dumps(error.to_body()),
+                headers=_headers(settings()),
+            )
         return Response(
             status_code=200, content_type=FILES[name], body=_file(name), headers=_headers(settings())
         )

@@ -78,7 +78,8 @@ def install_error_handlers(
     def not_found(_: NotFoundError) -> Response[str]:
         count("Refused404")
         path = app.current_event.path
-        return answer(404, {"error": {"code": "not_found", "message": f"no route {path}"}}, {})
+        shown = path if len(path) <= 200 else f"{path[:200]}…"  # the caller sent it: no need to echo it all
+        return answer(404, {"error": {"code": "not_found", "message": f"no route {shown}"}}, {})
 
     def unexpected(_: Exception) -> Response[str]:
         count("Failed500")

@@ -12,6 +12,8 @@
   const ENDED_TASK = new Set(["merged", "closed", "failed", "cancelled"]);
   const RETRYABLE = new Set(["failed", "closed", "cancelled"]);
   const CANCELLABLE = new Set(["queued", "running", "review"]);
+  const RETRY_PLANS = new Set(["confirmed", "in_progress", "completed"]); // where the API takes a retry
+  const NO_OUTPUT = "(waiting for output)";
   const CONFIRMABLE = new Set(["draft", "awaiting_confirmation"]);
   const ARCHIVABLE = new Set(["draft", "awaiting_confirmation", "confirmed", "in_progress"]);
   const POLL_MS = 2000;
@@ -73,11 +75,20 @@
     return el("span", { class: `status ${value}` }, String(value).replace(/_/g, " "));
   }
 
+  // The API's details name CLI commands; where this page has the button, it says so instead.
+  const PAGE_DETAIL = { awaiting_confirmation: "the plan is not confirmed yet: Confirm below approves it" };
+
   function waitingText(waiting) {
     if (!waiting) return null;
     const until = waiting.until ? ` until ${new Date(waiting.until).toLocaleString()}` : "";
+    const detail = PAGE_DETAIL[waiting.reason] || waiting.detail;
     return el("div", { class: "waiting" }, `waiting: ${waiting.reason.replace(/_/g, " ")}${until}`,
-      waiting.detail ? ` — ${waiting.detail}` : "");
+      detail ? ` — ${detail}` : "");
+  }
+
+  function money(value, places) {
+    const n = Number(value);
+    return Number.isFinite(n) ? `$${n.toFixed(places)}` : `$${value}`;
   }
 
   function facts(pairs) {
@@ -181,6 +192,10 @@
   // sent to a server, never logged); an OIDC redirect carries `code` and `state` in the query.
   async function completeSignIn() {
     const login = /^#login=([A-Za-z0-9_-]{16,128})$/.exec(location.hash);
+    if (!login && location.hash.startsWith("#login=")) {
+      history.replaceState(null, "", `${location.pathname}#/plans`);
+      throw new ApiError(400, "login", "this login link is malformed: run `steward local login USER` again");
+    }
     if (login) {
       history.replaceState(null, "", `${location.pathname}#/plans`);
       const response = await fetch("/local/login", {
@@ -223,7 +238,7 @@
       body.push(el("button", { class: "primary", type: "button", onclick: () => beginOidc() }, "Sign in"));
     } else if (config.sign_in === "local") {
       body.push(el("p", {}, "Open a login link made by the local stack:"),
-        el("pre", {}, "steward local login alice"));
+        el("pre", {}, "steward local login USER"));
     } else {
       body.push(el("p", {}, "This deployment has no console sign-in configured."));
     }
@@ -317,13 +332,49 @@
           notify("Confirmed: the loop will start its items.", true);
         } catch (error) {
           notify(`Not confirmed: ${error.message}`);
-          button.disabled = false;
+          if (error.status === 409) { // the content moved on: this page's content can never be confirmed
+            const again = el("button", { type: "button", id: "review-again" }, "Show the plan as it is now");
+            again.addEventListener("click", async () => {
+              notify("");
+              await planPage(slug);
+              main().focus({ preventScroll: true });
+            });
+            button.replaceWith(again);
+            again.focus();
+          } else {
+            button.disabled = false;
+          }
         }
       });
       parts.push(el("div", { class: "actions" }, button));
     }
     if (ARCHIVABLE.has(plan.status)) parts.push(archiveActions(slug));
     showFor(mine, ...parts);
+    if (mine === generation && (plan.status === "confirmed" || plan.status === "in_progress")) followPlan(mine, slug, plan);
+  }
+
+  // While the loop works a confirmed plan, its page follows the items' statuses and tasks (never
+  // a plan awaiting confirmation: what a person reviews does not change under their eyes).
+  function followPlan(mine, slug, shown) {
+    const progress = (p) => JSON.stringify([p.status, p.cost_usd, p.content_hash,
+      (p.items || []).map((i) => [i.key, i.status, i.task_id, i.waiting && i.waiting.reason])]);
+    let timer = null;
+    const refresh = async () => {
+      if (mine !== generation) return;
+      try {
+        const now = await api("GET", `/v1/plans/${enc(slug)}`);
+        // Never while a person is answering the archive question.
+        if (mine === generation && progress(now) !== progress(shown) && !document.getElementById("archive-confirm")) {
+          await planPage(slug);
+          return;
+        }
+      } catch (_) {
+        /* the next try */
+      }
+      if (mine === generation) timer = setTimeout(refresh, POLL_MS * 2);
+    };
+    timer = setTimeout(refresh, POLL_MS * 2);
+    page = { stop() { clearTimeout(timer); } };
   }
 
   // Archiving is final and cancels the plan's queued and running tasks: the page asks once
@@ -347,8 +398,8 @@
       box.replaceChildren(
         el("p", { class: "muted" }, "Archiving is final: the plan's queued and running tasks are cancelled, and nothing more starts."),
         yes,
-        el("button", { type: "button", id: "archive-keep", onclick: ask }, "Keep it"));
-      yes.focus();
+        el("button", { type: "button", id: "archive-keep", onclick: () => { ask(); box.firstChild.focus(); } }, "Keep it"));
+      box.lastChild.focus(); // "Keep it": Enter twice never archives
     }
     ask();
     return box;
@@ -361,6 +412,8 @@
     let timer = null;
     let streaming = null;
     let screenShown = false;
+    let artifactsSeen = false;
+    let endedPolls = 0; // polls since the task stopped running: its runtime uploads after it notices
     const timeline = el("ol", { class: "timeline", id: "timeline" });
     const output = el("pre", { class: "screen", id: "output", "aria-live": "off" });
     const summary = el("div", { id: "summary" });
@@ -387,8 +440,11 @@
       }));
     }
 
+    let retried = false;
     function render(task, plan) {
-      const remaining = Math.max(0, Number(task.budget_usd) - Number(task.cost_usd)).toFixed(4);
+      const remaining = Math.max(0, Number(task.budget_usd) - Number(task.cost_usd));
+      const item = plan ? (plan.items || []).find((i) => i.key === task.item_key || i.task_id === task.id) : null;
+      const newer = item && item.task_id && item.task_id !== task.id ? item.task_id : null;
       summary.replaceChildren(
         el("h1", {}, task.title || task.id, " ", status(task.status)),
         waitingText(task.waiting) || "",
@@ -401,12 +457,17 @@
           ["Repository", task.repo],
           ["Branch", task.branch],
           ["Model", task.model],
-          ["Cost", `$${task.cost_usd} of $${task.budget_usd} (remaining $${remaining})`],
+          ["Newer attempt", newer ? el("a", { href: `#/tasks/${newer}`, id: "newer-attempt" }, newer) : null],
+          ["Cost", `${money(task.cost_usd, 4)} of ${money(task.budget_usd, 2)} (remaining ${money(remaining, 4)})`],
           ["Checks", checkList(plan)],
           ["Pull request", task.pr_url ? el("a", { href: task.pr_url, rel: "noopener noreferrer", target: "_blank", id: "pr-link" }, task.pr_url) : "none yet"],
         ]));
       const buttons = [];
-      if (RETRYABLE.has(task.status)) buttons.push(action("Retry", "retry", "Retry requested: the loop picks it up at its next tick."));
+      // Retry only what the API would take: the item's current task, in a plan still active.
+      const current = item && item.task_id === task.id && RETRY_PLANS.has(plan.status) && task.kind !== "fixture";
+      if (RETRYABLE.has(task.status) && current && !retried) {
+        buttons.push(action("Retry", "retry", "Retry requested: the loop starts the next attempt at its next tick."));
+      }
       if (CANCELLABLE.has(task.status)) buttons.push(action("Cancel", "cancel", "Cancelled."));
       actions.replaceChildren(...buttons);
     }
@@ -418,7 +479,13 @@
         try {
           await api("POST", `/v1/tasks/${enc(id)}/${verb}`);
           notify(done, true);
-          await poll(true);
+          if (verb === "retry") {
+            retried = true; // the page follows the plan until the new attempt exists, and links it
+            plan = null;
+            poll(false);
+          } else {
+            await poll(true);
+          }
         } catch (error) {
           notify(`${label} refused: ${error.message}`);
           button.disabled = false;
@@ -429,6 +496,7 @@
 
     async function loadArtifacts() {
       const { artifacts: listed } = await api("GET", `/v1/tasks/${enc(id)}/artifacts`);
+      artifactsSeen = listed.length > 0;
       artifacts.replaceChildren(...(listed.length ? listed.map((a) => el("li", {},
         el("a", {
           href: `#/tasks/${id}`,
@@ -448,8 +516,8 @@
 
     async function showScreen() {
       const { screen } = await api("GET", `/v1/tasks/${enc(id)}/screen`);
-      if (screen || !output.textContent) output.textContent = screen || "(no screen tail stored)";
-      screenShown = true;
+      if (screen || !output.textContent || output.textContent === NO_OUTPUT) output.textContent = screen || "(no screen tail stored)";
+      screenShown = Boolean(screen);
     }
 
     async function stream() {
@@ -495,7 +563,7 @@
       try {
         const task = await api("GET", `/v1/tasks/${enc(id)}`);
         render(task, plan); // at once: the plan and the events refine it below
-        if (!plan) plan = await api("GET", `/v1/plans/${enc(task.plan_slug)}`).catch(() => null);
+        if (!plan || retried) plan = await api("GET", `/v1/plans/${enc(task.plan_slug)}`).catch(() => null);
         for (;;) {
           const page_ = await api("GET", `/v1/tasks/${enc(id)}/events?after=${after}&limit=100`);
           for (const event of page_.events) {
@@ -510,11 +578,18 @@
         render(task, plan);
         if (task.status === "running" && config.live_output === "stream" && !streaming) {
           stream();
-        } else if (!RUN_STATUSES.has(task.status) && !screenShown && !streaming) {
-          await showScreen();
-          await loadArtifacts();
+        } else if (!RUN_STATUSES.has(task.status)) {
+          if (streaming) streaming.abort(); // ended (a cancel, say) before its stream said so
+          endedPolls += 1;
+          if (!screenShown || !artifactsSeen) {
+            await showScreen();
+            await loadArtifacts();
+          }
         }
-        if (once || ENDED_TASK.has(task.status)) return;
+        const newerExists = plan && (plan.items || []).some((i) => i.task_id && i.task_id !== id && (i.key === task.item_key));
+        const uploaded = (screenShown && artifactsSeen) || endedPolls > 15; // or nothing comes
+        const settled = ENDED_TASK.has(task.status) && !task.waiting && (!retried || newerExists) && uploaded;
+        if (once || settled) return;
       } catch (error) {
         notify(error.message);
         if (error.status === 404 || error.status === 401) return;
@@ -524,7 +599,7 @@
 
     showFor(mine, summary, actions, el("h2", {}, "Output"), output, el("h2", {}, "Artifacts"), artifacts,
       el("h2", {}, "Events"), timeline);
-    output.textContent = "(waiting for output)";
+    output.textContent = NO_OUTPUT;
     await loadArtifacts();
     await poll(false);
   }
@@ -537,6 +612,8 @@
       el("label", { for: "enabled" }, "Enabled"), input("enabled", { type: "checkbox", checked: settings.enabled }),
       el("label", { for: "max_parallel" }, "Max parallel tasks"),
       input("max_parallel", { type: "number", min: 1, max: 100, value: settings.max_parallel }),
+      el("label", { for: "interval_seconds" }, "Looks every (seconds)"),
+      input("interval_seconds", { type: "number", min: 1, max: 86400, value: settings.interval_seconds }),
       el("label", { for: "daily_spawn_cap" }, "Daily spawn cap"),
       input("daily_spawn_cap", { type: "number", min: 0, max: 10000, value: settings.daily_spawn_cap }),
       el("label", { for: "quiet_start" }, "Quiet hours from"),
@@ -550,16 +627,23 @@
       const value = (name) => form.elements[name].value;
       const start = value("quiet_start");
       const end = value("quiet_end");
+      if (Boolean(start) !== Boolean(end)) {
+        notify("Not saved: quiet hours need both a start and an end (or neither, for none)");
+        form.elements[start ? "quiet_end" : "quiet_start"].focus();
+        return;
+      }
       try {
         await api("PUT", "/v1/loop", {
           enabled: form.elements.enabled.checked,
           max_parallel: Number(value("max_parallel")),
           daily_spawn_cap: Number(value("daily_spawn_cap")),
+          interval_seconds: Number(value("interval_seconds")),
           quiet_hours: start && end ? { start, end } : null,
           timezone: value("timezone"),
         });
         await loopPage();
         notify("Loop settings saved.", true);
+        main().focus({ preventScroll: true });
       } catch (error) {
         notify(`Not saved: ${error.message}`);
       }
@@ -570,6 +654,7 @@
         await api("PUT", "/v1/loop", { paused: !settings.paused });
         await loopPage();
         notify(settings.paused ? "Resumed." : "Paused: nothing new starts until you resume.", true);
+        document.getElementById("pause").focus();
       } catch (error) {
         notify(error.message);
       }
@@ -580,6 +665,14 @@
 
   // ---- routing
   async function route(event) {
+    if (location.hash.startsWith("#login=")) { // a login link opened in a tab already on the console
+      try {
+        await completeSignIn();
+      } catch (error) {
+        notify(error.message);
+        event = null; // keep the notice
+      }
+    }
     generation += 1;
     const mine = generation;
     page.stop();
@@ -598,17 +691,19 @@
     const hash = location.hash || "#/plans";
     let match;
     try {
-      if ((match = /^#\/plans\/([^/]+)$/.exec(hash))) await planPage(decodeURIComponent(match[1]));
-      else if ((match = /^#\/tasks\/([^/]+)$/.exec(hash))) await taskPage(decodeURIComponent(match[1]));
+      // Only the shapes the API gives slugs and task ids (anything else, `..` say, is no page).
+      if ((match = /^#\/plans\/([a-z0-9][a-z0-9-]{0,62})$/.exec(hash))) await planPage(match[1]);
+      else if ((match = /^#\/tasks\/(t[0-9a-f]{24})$/.exec(hash))) await taskPage(match[1]);
       else if (hash === "#/loop") await loopPage();
-      else await plansPage();
+      else if (hash === "#/plans" || hash === "#/") await plansPage();
+      else throw new ApiError(404, "not_found", "there is no such page");
     } catch (error) {
       if (!token) {
         signInPage();
-      } else {
+        notify(error.message);
+      } else { // the page says it: no notice repeating it
         showFor(mine, el("h1", {}, error.status === 404 ? "Not found" : "Something went wrong"), el("p", {}, error.message));
       }
-      if (error.status !== 404) notify(error.message);
     }
     main().focus({ preventScroll: true });
   }
@@ -616,6 +711,7 @@
   async function start() {
     document.getElementById("sign-out").addEventListener("click", () => {
       signOut();
+      notify("");
       route(null);
     });
     try {

@@ -149,6 +149,14 @@ class LocalHandler(BaseHTTPRequestHandler):
         """Answer a refusal; servers that speak another error shape override this."""
         self.send_error_json(refused.status, refused.code, refused.message, close=refused.close)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (a request line or header too long, a malformed
+        request line, a method no route has) in this server's error shape, not its HTML page."""
+        del explain
+        kinds = {414: "too_large", 431: "too_large", 501: "method_not_allowed"}
+        text = message or self.responses.get(code, ("refused",))[0]
+        self.refuse(Refused(code, kinds.get(code, "bad_request"), text, close=True))
+
     def log_message(self, format: str, *args: Any) -> None:
         """No access log: request lines carry query strings, and errors carry request lines."""
 
