@@ -17,7 +17,7 @@ from moto import mock_aws
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
 from steward.config import Settings
-from steward.local.moto_serial import install_dynamodb_lock
+from steward.local.moto_serial import install_dynamodb_lock, install_s3_lock
 from steward.local.moto_speed import install_moto_shortcuts
 from steward.wiring import Services
 
@@ -40,6 +40,7 @@ def _aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def aws() -> Iterator[None]:
     install_dynamodb_lock()
+    install_s3_lock()
     with mock_aws():
         yield
 

@@ -37,7 +37,7 @@ from moto.dynamodb.responses import DynamoHandler
 from steward.domain.errors import Unauthorized
 from steward.local.dev_auth import DevIssuer
 from steward.local.http_adapter import LambdaHttpServer
-from steward.local.moto_serial import install_dynamodb_lock
+from steward.local.moto_serial import install_dynamodb_lock, install_s3_lock
 from steward.local.moto_server import MotoServer, wait_until_ready
 
 pytestmark = pytest.mark.integration
@@ -168,6 +168,32 @@ def test_conditional_add_is_atomic_in_process(run: int) -> None:
     with mock_aws():
         client = _dynamodb()
         assert _race(client, _create_table(client)) == (10, 10, 10)
+
+
+@pytest.mark.usefixtures("eager_thread_switching")
+def test_concurrent_overwrites_and_reads_of_one_s3_key_in_process_all_succeed() -> None:
+    """Real S3 answers every PUT and GET of one key (last writer wins); unserialized, moto
+    closes the key's buffer under a concurrent reader ("I/O operation on closed file")."""
+    install_s3_lock()
+    errors: list[BaseException] = []
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="race")
+
+        def churn(n: int) -> None:
+            try:
+                for i in range(40):
+                    s3.put_object(Bucket="race", Key="one", Body=f"{n}-{i}".encode() * 200)
+                    s3.get_object(Bucket="race", Key="one")["Body"].read()
+            except BaseException as exc:  # every failure is the finding
+                errors.append(exc)
+
+        threads = [threading.Thread(target=churn, args=(n,)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []
 
 
 # -- dev identities ------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import pytest
 from steward.cli import build_parser, main
 from steward.local.stack import StackAlreadyRunning, StackLock
 
+TASK = "t" + "0" * 24  # a task id of the shape the API gives
+
 
 @pytest.mark.parametrize(
     ("argv", "expected"),
@@ -132,7 +134,7 @@ class FakeApi:
         self.calls.append((method, path))
         if path == "/v1/loop":
             return self.loop
-        task = {"id": "t1", "plan_slug": "demo", "ordinal": 2, "attempt": 3}
+        task = {"id": TASK, "plan_slug": "demo", "ordinal": 2, "attempt": 3}
         return {"task": task, "retry": "requested"}
 
 
@@ -149,14 +151,14 @@ def test_task_retry_names_the_queued_attempt_and_when_the_loop_takes_it(
 ) -> None:
     api = FakeApi(loop)
     monkeypatch.setattr("steward.cli._client", lambda _args: api)
-    assert main(["task", "retry", "t1"]) == 0
+    assert main(["task", "retry", TASK]) == 0
     out = capsys.readouterr().out
     assert out.startswith(
-        "retry requested for item #2 of plan demo: attempt 4 is queued (after t1, attempt 3); "
+        f"retry requested for item #2 of plan demo: attempt 4 is queued (after {TASK}, attempt 3); "
     )
     assert when in out
-    assert api.calls == [("POST", "/v1/tasks/t1/retry"), ("GET", "/v1/loop")]
-    assert main(["task", "retry", "t1", "--json"]) == 0
+    assert api.calls == [("POST", f"/v1/tasks/{TASK}/retry"), ("GET", "/v1/loop")]
+    assert main(["task", "retry", TASK, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["queued_attempt"] == 4
 
 

@@ -13,8 +13,12 @@ process-wide re-entrant lock. Both front doors reach the backend through that me
 in-process `mock_aws` (botocore stubber -> `DynamoHandler.dispatch` -> `call_action`) and
 moto server mode (werkzeug app -> the same `dispatch`). Every DynamoDB API call, including
 transactions and batch writes, therefore runs alone. The lock is re-entrant so that a moto
-code path that calls back into DynamoDB on the same thread cannot deadlock. Other services
-are not affected.
+code path that calls back into DynamoDB on the same thread cannot deadlock.
+
+`install_s3_lock()` does the same for moto's S3 (`S3Response.ambiguous_response`,
+`bucket_response`, `key_response`): moto keeps an object's bytes in a temporary file and closes
+it when the key is overwritten, so a concurrent read or overwrite of one key fails with "I/O
+operation on closed file", which real S3 never does (its PUT is atomic, last writer wins).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from moto.dynamodb.responses import DynamoHandler
+from moto.s3.responses import S3Response
 
 _LOCK = threading.RLock()
 _INSTALL_GUARD = threading.Lock()
@@ -45,3 +50,24 @@ def install_dynamodb_lock() -> None:
 
         setattr(call_action, _MARKER, True)
         DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+
+
+_S3_LOCK = threading.RLock()
+_S3_ENTRY_POINTS = ("ambiguous_response", "bucket_response", "key_response")
+
+
+def install_s3_lock() -> None:
+    """Make every moto S3 request run under one process-wide lock. Idempotent."""
+    with _INSTALL_GUARD:
+        for name in _S3_ENTRY_POINTS:
+            original: Callable[..., Any] = getattr(S3Response, name)
+            if getattr(original, _MARKER, False):
+                continue
+
+            def serialized(*args: Any, __original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+                with _S3_LOCK:
+                    return __original(*args, **kwargs)
+
+            functools.update_wrapper(serialized, original)
+            setattr(serialized, _MARKER, True)
+            setattr(S3Response, name, serialized)

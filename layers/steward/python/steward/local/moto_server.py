@@ -16,7 +16,7 @@ import urllib.request
 
 from moto.server import ThreadedMotoServer
 
-from steward.local.moto_serial import install_dynamodb_lock
+from steward.local.moto_serial import install_dynamodb_lock, install_s3_lock
 from steward.local.moto_speed import install_moto_shortcuts
 from steward.local.running import Running
 
@@ -63,6 +63,7 @@ class MotoServer(Running):
         if self._server is not None:
             return
         install_dynamodb_lock()
+        install_s3_lock()
         install_moto_shortcuts()
         _quiet_werkzeug()
         if self._port:
