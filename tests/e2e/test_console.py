@@ -231,9 +231,7 @@ def test_confirm_from_the_review_page_then_watch_the_task_reach_review_and_merge
             with api(stack) as client:
                 shown = client.get("/v1/plans/console-demo").json()
             pytest.fail(f"the loop never spawned the item's task: {shown['status']} {shown['items']}")
-        page.wait_for_timeout(500)
-        page.reload()
-        page.locator("table.items").wait_for()  # rendered again before it is looked at
+        page.wait_for_timeout(500)  # no reload: the confirmed plan's page follows its items
     task_link.first.click()
     task_id = page.url.rsplit("/", 1)[1]
     shown = page.locator("#summary h1 .status")
@@ -248,6 +246,7 @@ def test_confirm_from_the_review_page_then_watch_the_task_reach_review_and_merge
     with api(stack) as client:
         task = client.get(f"/v1/tasks/{task_id}").json()
     assert pr_url == task["pr_url"]
+    expect(page.locator("#pr-summary")).to_contain_text("subtract")  # what the pull request says
     expect(page.locator("#timeline")).to_contain_text("finished")
     expect(page.locator("#checks")).to_have_text("python -m pytest -q — passed")
     expect(page.locator("#output")).to_contain_text("passed")
@@ -273,6 +272,7 @@ def test_confirm_on_a_stale_page_is_refused_and_approves_nothing(browser: Browse
     page.locator("#review-again").click()  # what it shows now: the edited item, and what changed
     expect(page.locator("table.items .item-title")).to_have_text(["An edited item the page never showed"])
     expect(page.locator("ul.changes")).to_contain_text("added: #1 An edited item the page never showed")
+    expect(page.locator("ul.changes")).not_to_contain_text("null")  # never confirmed: no key-by-key list
     with api(stack) as client:
         now = client.get("/v1/plans/console-stale").json()
     assert now["status"] in ("draft", "awaiting_confirmation")

@@ -306,8 +306,10 @@
         ["Cost so far", plan.cost_usd !== undefined ? `$${plan.cost_usd}` : null],
       ]),
     ];
+    // Never confirmed: every key is new, shown above; the list names only the items.
+    const frontMatter = plan.approved_hash ? Object.entries((diff && diff.front_matter) || {}) : [];
     const changes = diff ? [
-      ...Object.entries(diff.front_matter || {}).map(([key, [old, now]]) =>
+      ...frontMatter.map(([key, [old, now]]) =>
         el("li", { class: "change edited" }, `${key}: ${JSON.stringify(old)} → ${JSON.stringify(now)}`)),
       ...(diff.items || []).map((c) => el("li", { class: `change ${c.change}` }, `${c.change}: ${c.ordinal === null ? "" : `#${c.ordinal} `}${c.title}`)),
     ] : [];
@@ -429,6 +431,7 @@
     };
 
     const checkResults = new Map(); // command -> the last `check` event's verdict
+    let prSummary = null; // what the run wrote for its pull request (its `finished` event)
     function checkList(plan) {
       const required = plan ? (plan.front_matter || {}).checks || plan.checks || [] : [];
       const commands = required.length ? required : [...checkResults.keys()];
@@ -461,6 +464,7 @@
           ["Cost", `${money(task.cost_usd, 4)} of ${money(task.budget_usd, 2)} (remaining ${money(remaining, 4)})`],
           ["Checks", checkList(plan)],
           ["Pull request", task.pr_url ? el("a", { href: task.pr_url, rel: "noopener noreferrer", target: "_blank", id: "pr-link" }, task.pr_url) : "none yet"],
+          ["Summary", prSummary ? el("div", { class: "details", id: "pr-summary" }, prSummary) : null],
         ]));
       const buttons = [];
       // Retry only what the API would take: the item's current task, in a plan still active.
@@ -569,6 +573,7 @@
           for (const event of page_.events) {
             const data = event.data || {};
             if (event.type === "check" && typeof data.command === "string") checkResults.set(data.command, data.passed === true);
+            if (event.type === "finished" && typeof data.summary === "string" && data.summary) prSummary = data.summary;
             timeline.append(el("li", {}, el("code", {}, event.type), ` ${event.at} `,
               el("span", { class: "muted" }, JSON.stringify(event.data || {}))));
           }
