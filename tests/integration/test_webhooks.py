@@ -1,5 +1,5 @@
 """The webhook receiver against moto: every bad input of issue 5 refused or ignored with
-nothing stored; every real delivery GitHub produced (`../shared/github-payloads`)
+nothing stored; every real delivery GitHub produced (`tests/fixtures/github-payloads`)
 accepted; pull request events driving a real spawned and claimed task; duplicates costing
 one request; installation events converging whatever their order.
 
@@ -458,7 +458,7 @@ def test_a_delivery_lacking_a_field_steward_needs_is_a_400_naming_it(
         assert stored(world.services.tables) == before, name
 
 
-# ---- real deliveries GitHub produced (../shared/github-payloads)
+# ---- real deliveries GitHub produced (tests/fixtures/github-payloads)
 
 
 def _outcome(response: httpx.Response) -> str:
@@ -499,13 +499,13 @@ def test_a_real_labelled_pull_request_moves_its_task_to_review_and_a_real_merge_
     labelled_again = aimed_at(real_payload("octokit.pull_request.labeled.json"), branch=task.branch)
     assert _outcome(post(endpoint, delivery("pull_request", labelled_again))) == "ignored"  # not an action
 
-    merged = real_payload("translatabot.pull_request.closed.merged.json")
+    merged = real_payload("reallyfastci.pull_request.closed.merged.fork.json")
     assert (
         _outcome(post(endpoint, delivery("pull_request", aimed_at(merged, branch=task.branch)))) == "applied"
     )
     current = world.current()
     assert current.status is TaskStatus.MERGED
-    assert (current.pr_url, current.pr_number) == (merged["pull_request"]["html_url"], 4)
+    assert (current.pr_url, current.pr_number) == (merged["pull_request"]["html_url"], merged["number"])
     assert world.item_status() == "merged"
     assert world.events()[-1]["data"]["merged"] is True
 

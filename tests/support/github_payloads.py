@@ -1,6 +1,6 @@
 """GitHub's webhook deliveries for tests and benchmarks: payload builders with GitHub's
-shapes, signing, and the real deliveries GitHub produced (`../shared/github-payloads`
-beside the repository, origins in its SOURCES.md).
+shapes, signing, and the real deliveries GitHub produced (`tests/fixtures/github-payloads`,
+origins and licences in its SOURCES.md).
 
 The builders make full payloads, as GitHub sends them, although the receiver reads only a
 few fields: a test then says nothing about which fields matter.
@@ -398,19 +398,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def payloads_dir() -> Path:
-    """`<repo root>/../shared/github-payloads`. In a linked git worktree the repository root
-    is the main checkout's (the worktree's `.git` file names it), so both are looked at.
-    Missing is an error, never a skip: these deliveries are what proves real payloads pass."""
-    roots = [REPO_ROOT]
-    dot_git = REPO_ROOT / ".git"
-    if dot_git.is_file():  # `gitdir: <main>/.git/worktrees/<name>`
-        gitdir = Path(dot_git.read_text().split(":", 1)[1].strip())
-        roots.append(gitdir.parents[2])
-    candidates = [root.parent / "shared" / "github-payloads" for root in roots]
-    found = next((c for c in candidates if c.is_dir()), None)
-    if found is None:
-        looked = ", ".join(str(c) for c in candidates)
-        raise FileNotFoundError(f"the real GitHub payloads are missing (looked in {looked})")
+    """`tests/fixtures/github-payloads`: real deliveries kept in the repository (origins and
+    licences in its SOURCES.md). Missing is an error, never a skip: these deliveries are what
+    proves real payloads pass."""
+    found = REPO_ROOT / "tests" / "fixtures" / "github-payloads"
+    if not found.is_dir():
+        raise FileNotFoundError(f"the real GitHub payloads are missing (looked in {found})")
     return found
 
 

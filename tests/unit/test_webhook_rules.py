@@ -62,7 +62,7 @@ def test_every_real_pull_request_is_read(name: str) -> None:
 
 
 def test_a_merged_real_pull_request_targets_merged_and_a_fork_is_not_stewards() -> None:
-    merged = pull_request_facts(real_payload("translatabot.pull_request.closed.merged.json"))
+    merged = pull_request_facts(real_payload("reallyfastci.pull_request.closed.merged.fork.json"))
     assert (merged.merged, merged.target) == (True, TaskStatus.MERGED)
     closed = pull_request_facts(real_payload("octokit.pull_request.closed.json"))
     assert (closed.merged, closed.target) == (False, TaskStatus.CLOSED)
