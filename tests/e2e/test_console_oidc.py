@@ -14,8 +14,7 @@ import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -30,7 +29,7 @@ from steward.wiring import Services
 
 from tests.support.documents import document
 from tests.support.installations import link_installation
-from tests.support.oidc import FakeIssuer, replace_param
+from tests.support.oidc import FakeIssuer, first_values, replace_param
 
 CLIENT_ID = "steward-console-test"
 SUB = "user-123"  # whom the fake issuer signs everyone in as
@@ -118,12 +117,18 @@ def sign_in(page: Page, deployment: Deployment) -> None:
     page.get_by_role("button", name="Sign in").click()
 
 
-def test_sign_in_is_an_authorization_code_with_pkce_and_keeps_every_token_out_of_urls(
-    context: BrowserContext, deployment: Deployment
-) -> None:
+def signed_in(context: BrowserContext, deployment: Deployment) -> tuple[Page, list[str]]:
+    """A page signed in through the issuer, and every URL it requested."""
     page, seen = watched(context)
     sign_in(page, deployment)
     expect(page.locator("#who")).to_have_text("user@example.com")
+    return page, seen
+
+
+def test_sign_in_is_an_authorization_code_with_pkce_and_keeps_every_token_out_of_urls(
+    context: BrowserContext, deployment: Deployment
+) -> None:
+    page, seen = signed_in(context, deployment)
     expect(page.get_by_role("heading", name="Plans")).to_be_visible()
 
     # The page asked for a code with an S256 challenge and a fresh state, and redeemed it
@@ -159,7 +164,7 @@ def test_a_callback_whose_state_this_page_did_not_make_redeems_nothing(
     page, _ = watched(context)
 
     def forged_state(route: Route) -> None:  # an attacker's redirect back, with a code of theirs
-        location = deployment.issuer.authorize(parse_qs_one(route.request.url))[1]
+        location = deployment.issuer.authorize(first_values(urlsplit(route.request.url).query))[1]
         route.fulfill(
             status=302, headers={"Location": replace_param(location, "state", "forged-state-value")}
         )
@@ -175,9 +180,7 @@ def test_a_callback_whose_state_this_page_did_not_make_redeems_nothing(
 def test_a_callback_replayed_after_sign_in_is_refused(
     context: BrowserContext, deployment: Deployment
 ) -> None:
-    page, seen = watched(context)
-    sign_in(page, deployment)
-    expect(page.locator("#who")).to_have_text("user@example.com")
+    _, seen = signed_in(context, deployment)
     (callback,) = [u for u in seen if u.startswith(deployment.console_url + "?")]
 
     # The same redirect again in a new tab: no verifier or state of its own, so nothing is redeemed.
@@ -218,10 +221,6 @@ def test_the_policy_lets_the_page_reach_the_token_origin_and_nothing_else(
     plain = token_origin.replace("https://", "http://") + "/token"
     for url in (other_port, plain, "https://example.com/"):
         assert page.evaluate(reach, url) == "blocked", url
-
-
-def parse_qs_one(url: str) -> dict[str, Any]:
-    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
 
 
 def test_an_issuer_whose_token_endpoint_is_not_https_cannot_finish_a_sign_in(

@@ -181,14 +181,14 @@ class _IssuerHandler(LocalHandler):
         if self.command == "GET" and parts.path == "/.well-known/openid-configuration":
             self.send_json(200, issuer.discovery())
         elif self.command == "GET" and parts.path == "/authorize":
-            status, where = issuer.authorize({k: v[0] for k, v in parse_qs(parts.query).items()})
+            status, where = issuer.authorize(first_values(parts.query))
             if status == 302:
                 self.send(302, b"", [("Location", where)])
             else:
                 self.send_error_json(status, "bad_request", where)
         elif self.command == "POST" and parts.path == "/token":
             body = self.read_body(64 * 1024).decode()
-            status, answer = issuer.token({k: v[0] for k, v in parse_qs(body).items()})
+            status, answer = issuer.token(first_values(body))
             cors = [("Access-Control-Allow-Origin", self.headers["Origin"])] if self.headers["Origin"] else []
             self.send_json(status, answer, [("Cache-Control", "no-store"), *cors])
         else:
@@ -212,9 +212,14 @@ def browser(
     return open_url
 
 
+def first_values(query: str) -> dict[str, str]:
+    """A query string (or form body) as name -> its first value."""
+    return {k: v[0] for k, v in parse_qs(query).items()}
+
+
 def replace_param(url: str, name: str, value: str) -> str:
     parts = urlsplit(url)
-    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    query = first_values(parts.query)
     query[name] = value
     return parts._replace(query=urlencode(query)).geturl()
 

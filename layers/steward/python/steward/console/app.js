@@ -444,10 +444,15 @@
     }
 
     let retried = false;
+    const itemOf = (task, plan) => (plan ? (plan.items || []).find((i) => i.key === task.item_key) : null);
+    const newerThan = (task, plan) => {
+      const item = itemOf(task, plan);
+      return item && item.task_id && item.task_id !== task.id ? item.task_id : null;
+    };
     function render(task, plan) {
       const remaining = Math.max(0, Number(task.budget_usd) - Number(task.cost_usd));
-      const item = plan ? (plan.items || []).find((i) => i.key === task.item_key || i.task_id === task.id) : null;
-      const newer = item && item.task_id && item.task_id !== task.id ? item.task_id : null;
+      const item = itemOf(task, plan);
+      const newer = newerThan(task, plan);
       summary.replaceChildren(
         el("h1", {}, task.title || task.id, " ", status(task.status)),
         waitingText(task.waiting) || "",
@@ -591,9 +596,8 @@
             await loadArtifacts();
           }
         }
-        const newerExists = plan && (plan.items || []).some((i) => i.task_id && i.task_id !== id && (i.key === task.item_key));
         const uploaded = (screenShown && artifactsSeen) || endedPolls > 15; // or nothing comes
-        const settled = ENDED_TASK.has(task.status) && !task.waiting && (!retried || newerExists) && uploaded;
+        const settled = ENDED_TASK.has(task.status) && !task.waiting && (!retried || newerThan(task, plan)) && uploaded;
         if (once || settled) return;
       } catch (error) {
         notify(error.message);
