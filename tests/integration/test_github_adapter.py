@@ -1,6 +1,6 @@
 """The GitHub App adapter against the GitHub twin: installation tokens scoped to one
 repository, pull requests found and reused, and retries that honour `retry-after` within a
-bounded number of attempts (DESIGN sections 6, 10)."""
+bounded number of attempts (README: "The runner", "Testing notes")."""
 
 from __future__ import annotations
 
@@ -355,14 +355,17 @@ def test_rate_limits_and_errors_on_pull_calls(
 # ---- configuration
 
 
-def test_git_url_for_github_ghes_and_the_twin(twin: GitHubTwin) -> None:
+def test_git_url_and_pull_url_for_github_ghes_and_the_twin(twin: GitHubTwin) -> None:
     key = twin.app_private_key_pem
-    with GitHubApp(1, key) as public:
-        assert public.git_url(REPO) == "https://github.com/octo/demo.git"
+    with GitHubApp(1, key) as public, GitHubApp(1, key, base_url="https://api.github.com") as named:
+        assert public.git_url(REPO) == named.git_url(REPO) == "https://github.com/octo/demo.git"
+        assert public.pull_url(REPO, 7) == named.pull_url(REPO, 7) == "https://github.com/octo/demo/pull/7"
     with GitHubApp(1, key, base_url="https://ghe.example.com/api/v3/") as ghes:
         assert ghes.git_url(REPO) == "https://ghe.example.com/octo/demo.git"
+        assert ghes.pull_url(REPO, 7) == "https://ghe.example.com/octo/demo/pull/7"
     with GitHubApp(1, key, base_url=twin.url) as local:
         assert local.git_url(REPO) == f"{twin.url}/octo/demo.git"
+        assert local.pull_url(REPO, 7) == f"{twin.url}/octo/demo/pull/7"
 
 
 def test_app_from_env_reads_the_key_from_secrets_manager(

@@ -1,4 +1,4 @@
-"""Resync: the loop observes GitHub for what webhooks did not tell it (DESIGN section 7).
+"""Resync: the loop observes GitHub for what webhooks did not tell it (README: "GitHub").
 
 Real stores on moto, the heartbeat with its Fargate launcher on the ECS fake, and the
 GitHub twin with its deliveries withheld, so every webhook is lost and only resync can

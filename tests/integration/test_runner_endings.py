@@ -6,21 +6,24 @@ is never written again."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from steward import runtime_handler
 from steward.adapters.artifact_store import SCREEN_NAME
 from steward.adapters.capability_signer import KmsCapabilitySigner, kms_client
-from steward.adapters.runtime_api import RuntimeApi
+from steward.adapters.runtime_api import RuntimeApi, RuntimeApiError
 from steward.config import Settings
 from steward.domain.capability import capability_claims
-from steward.domain.models import Task, TaskStatus, utcnow
+from steward.domain.models import Fault, Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
 from steward.runner.main import QuerylessUrls, RedactingFilter
@@ -30,7 +33,7 @@ from steward.wiring import Services
 from tests.conftest import REGION
 from tests.support.documents import document, numbered
 from tests.support.plans import spawn_item
-from tests.support.runtime_routes import new_capability_key, runtime_server
+from tests.support.runtime_routes import new_capability_key, runtime_github, runtime_server
 
 
 class FailingRedactor(Redactor):
@@ -192,21 +195,95 @@ def test_presigned_urls_are_logged_without_their_query() -> None:
 
 
 def test_a_webhook_faster_than_the_runtime_still_gets_the_runs_finished_event(
-    services: Services, control: Control, running: Task, tmp_path: Path
+    services: Services, control: Control, running: Task, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The pull request's webhook moved the task to review; the heartbeat then saw the task
     # was no longer running and stopped the run's checks. The ending is still recorded, once.
-    url = f"https://github.example/{running.repo}/pull/7"
-    services.tasks.tasks.transition(
-        running, TaskStatus.REVIEW, now=utcnow(), event="github_event", extra={"pr_url": url, "pr_number": 7}
-    )
+    with runtime_github(services, monkeypatch, tmp_path, (running.repo,)) as github:
+        opened = github.pull(running.repo, running.branch)
+        services.tasks.tasks.transition(
+            running,
+            TaskStatus.REVIEW,
+            now=utcnow(),
+            event="github_event",
+            extra={"pr_url": opened.url, "pr_number": opened.number},
+        )
+        run = make_run(services, control, running, Redactor())
+        run.stop()
+        pull = {"pr_url": opened.url, "pr_number": opened.number}
+        ending = run._finish(
+            TaskStatus.REVIEW, {"outcome": "published", **pull, "summary": "Done."}, extra=pull
+        )
+        assert ending == "review"
+        finished = events(services, running)[-1]
+        assert (finished["type"], finished["data"]["outcome"]) == ("finished", "published")
+        assert services.tasks.tasks.require(running.id).status is TaskStatus.REVIEW
+        assert run._finish(TaskStatus.REVIEW, {"outcome": "published", **pull}, extra=pull) == "review"
+        assert [e["type"] for e in events(services, running)].count("finished") == 1
+
+
+@pytest.fixture
+def metered(services: Services, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Control]:
+    """The runtime routes with their metrics on, as in Lambda (the local stack turns them
+    off): the handler is imported afresh with the setting, and again afterwards without."""
+    saved = os.environ.get("POWERTOOLS_METRICS_DISABLED")
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "false"
+    importlib.reload(runtime_handler)
+    try:
+        key_id = new_capability_key()
+        with runtime_server(services, settings, monkeypatch, key_id) as server:
+            yield Control(server.url, KmsCapabilitySigner(kms_client(region_name=REGION), key_id))
+    finally:
+        if saved is None:
+            os.environ.pop("POWERTOOLS_METRICS_DISABLED", None)
+        else:
+            os.environ["POWERTOOLS_METRICS_DISABLED"] = saved
+        importlib.reload(runtime_handler)
+
+
+def emitted(out: str, name: str) -> list[dict[str, Any]]:
+    """The EMF blobs printed with metric `name`."""
+    blobs = [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"_aws"' in line]
+    return [b for b in blobs if name in b]
+
+
+def test_an_ending_the_relay_refused_is_counted_once_for_the_alarm(
+    services: Services, metered: Control, running: Task, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(services, metered, running, Redactor())
+    capsys.readouterr()
+    reason = "Steward's fault, not the model's or the plan's: the relay refused the runner's own request"
+    assert run._fail(tmp_path / "no-clone", reason, "retryable", fault=Fault.RELAY_REFUSED) == "failed"
+    (blob,) = emitted(capsys.readouterr().out, runtime_handler.REFUSED_METRIC)
+    assert blob[runtime_handler.REFUSED_METRIC] == [1.0]
+    assert blob["service"] == "runtime"
+    (directive,) = blob["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "Steward"
+    task = services.tasks.tasks.require(running.id)
+    assert (task.status, task.classification) == (TaskStatus.FAILED, "retryable")
+    assert events(services, running)[-1]["data"]["fault"] == "relay_refused"
+    # A replay of the same ending changes nothing and counts nothing.
+    ending = {"status": "failed", "classification": "retryable", "reason": reason, "fault": "relay_refused"}
+    assert run.api.finish(run.capability, run.runtime_id, ending) == "failed"
+    assert emitted(capsys.readouterr().out, runtime_handler.REFUSED_METRIC) == []
+
+
+# (an ending carrying a fault it cannot have, the words the 400 names)
+BAD_FAULTS: list[tuple[dict[str, Any], str]] = [
+    ({"status": "review", "pr_url": "https://github.example/o/r/pull/1", "pr_number": 1}, "fault"),
+    ({"status": "failed", "classification": "retryable", "reason": "x", "fault": "model_refused"}, "fault"),
+    ({"status": "failed", "classification": "retryable", "reason": "x", "fault": 400}, "fault"),
+]
+
+
+def test_an_ending_with_a_fault_it_cannot_have_is_refused_naming_the_field(
+    services: Services, control: Control, running: Task
+) -> None:
     run = make_run(services, control, running, Redactor())
-    run.stop()
-    pull = {"pr_url": url, "pr_number": 7}
-    ending = run._finish(TaskStatus.REVIEW, {"outcome": "published", **pull, "summary": "Done."}, extra=pull)
-    assert ending == "review"
-    finished = events(services, running)[-1]
-    assert (finished["type"], finished["data"]["outcome"]) == ("finished", "published")
-    assert services.tasks.tasks.require(running.id).status is TaskStatus.REVIEW
-    assert run._finish(TaskStatus.REVIEW, {"outcome": "published", **pull}, extra=pull) == "review"
-    assert [e["type"] for e in events(services, running)].count("finished") == 1
+    for ending, field in BAD_FAULTS:
+        body = {"fault": "relay_refused", **ending}
+        with pytest.raises(RuntimeApiError) as refused:
+            run.api.finish(run.capability, run.runtime_id, body)
+        assert (refused.value.status, refused.value.code) == (400, "bad_request"), body
+        assert refused.value.detail.startswith(f"{field}:"), (body, refused.value.detail)
+    assert services.tasks.tasks.require(running.id).status is TaskStatus.RUNNING

@@ -2,7 +2,7 @@
 `/artifacts/{name}`) in the runtime Lambda behind the local HTTP adapter, over in-process
 moto with a KMS-signed capability: the task and its owner come from the capability only, a
 capability of another task changes nothing, bodies are validated, and an upload is a
-presigned PUT of exactly that task's object (DESIGN sections 4, 6)."""
+presigned PUT of exactly that task's object (README: "Identity and publishing rules", "The runner")."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,15 +25,17 @@ from steward.config import Settings
 from steward.domain.artifacts import RUNTIME_ARTIFACTS
 from steward.domain.capability import capability_claims
 from steward.domain.models import Task, TaskStatus, utcnow
+from steward.local.github_twin import GitHubTwin
 from steward.local.http_adapter import LambdaHttpServer
 from steward.wiring import Services
 
 from tests.conftest import REGION
 from tests.support.documents import document
 from tests.support.plans import spawn_item
-from tests.support.runtime_routes import new_capability_key, runtime_server
+from tests.support.runtime_routes import RuntimeGitHub, new_capability_key, runtime_github, runtime_server
 
 REPO = "octo/demo"
+OTHER_REPO = "octo/other"
 PR_URL = f"https://github.example/{REPO}/pull/7"
 
 
@@ -62,6 +65,7 @@ class Kit:
     signer: KmsCapabilitySigner
     other_signer: KmsCapabilitySigner
     bucket: str
+    github: RuntimeGitHub
 
     def task(self, slug: str, *, runtime_id: str | None = "r1") -> Task:
         self.services.plans.publish("alice", slug, document("Change the thing", repo=REPO))
@@ -74,6 +78,13 @@ class Kit:
     @property
     def store(self) -> TaskStore:
         return self.services.tasks.tasks
+
+    @property
+    def twin(self) -> GitHubTwin:
+        return self.github.twin
+
+    def pull(self, repo: str, branch: str) -> int:
+        return self.github.pull(repo, branch).number
 
     def capability(self, task: Task, *, signer: KmsCapabilitySigner | None = None, **changes: Any) -> str:
         claims = capability_claims(
@@ -98,16 +109,23 @@ class Kit:
 
 
 @pytest.fixture
-def kit(services: Services, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kit]:
+def kit(
+    services: Services, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[Kit]:
     kms = kms_client(region_name=REGION)
     key_id, stranger = new_capability_key(), new_capability_key()
-    with runtime_server(services, settings, monkeypatch, key_id) as server:
+    # the runtime routes check a review ending's pull request through the App
+    with (
+        runtime_github(services, monkeypatch, tmp_path, (REPO, OTHER_REPO)) as github,
+        runtime_server(services, settings, monkeypatch, key_id) as server,
+    ):
         yield Kit(
             services,
             server,
             KmsCapabilitySigner(kms, key_id),
             KmsCapabilitySigner(kms, stranger),
             settings.artifacts_bucket,
+            github,
         )
 
 
@@ -236,7 +254,12 @@ def test_bodies_are_validated_naming_the_field_and_bounded(kit: Kit) -> None:
         ("/v1/runtime/finish", {"reason": ""}, 400, "reason"),
         ("/v1/runtime/finish", {"pr_url": PR_URL, "pr_number": 7}, 400, "pr_url"),
         ("/v1/runtime/finish", {"artifacts_not_written": ["../x"]}, 400, "artifacts_not_written"),
-        ("/v1/runtime/finish", {"status": "review", "classification": None, "reason": None}, 400, "pr_url"),
+        (
+            "/v1/runtime/finish",
+            {"status": "review", "classification": None, "reason": None},
+            400,
+            "pr_number",
+        ),
         (
             "/v1/runtime/finish",
             {
@@ -301,28 +324,86 @@ def test_a_run_claims_beats_records_uploads_and_finishes_with_few_requests(kit: 
     upload, counts = counted("/v1/runtime/artifacts/diff.patch", {"runtime_id": "r1", "size": 5})
     assert counts == {"GetItem": 1}
 
-    finish = {"runtime_id": "r1", "status": "review", "pr_url": PR_URL, "pr_number": 7, "summary": "Done."}
+    number = kit.pull(REPO, task.branch)
+    link = f"{kit.twin.url}/{REPO}/pull/{number}"
+    finish = {"runtime_id": "r1", "status": "review", "pr_url": link, "pr_number": number, "summary": "Done."}
     done, counts = counted("/v1/runtime/finish", finish)
-    assert counts == {"GetItem": 1, "TransactWriteItems": 1, "UpdateItem": 1}  # read, transition, plan item
+    # read, the owner's installations (the pull request is checked on GitHub), transition, plan item
+    assert counts == {"GetItem": 1, "Query": 1, "TransactWriteItems": 1, "UpdateItem": 1}
     assert done.json() == {"status": "review", "changed": True}
     assert kit.post("/v1/runtime/finish", capability, finish).json() == {"status": "review", "changed": False}
 
     stored = kit.store.require(task.id)
-    assert (stored.status, stored.pr_url, stored.pr_number) == (TaskStatus.REVIEW, PR_URL, 7)
+    assert (stored.status, stored.pr_url, stored.pr_number) == (TaskStatus.REVIEW, link, number)
     events = kit.services.tasks.events.list(task.id, after=0, limit=100)
     assert [e["type"] for e in events] == ["started", "check", "finished"]  # the replay wrote nothing
     assert events[-1]["data"] == {
         "status": "review",
         "runtime_id": "r1",
         "outcome": "published",
-        "pr_url": PR_URL,
-        "pr_number": 7,
+        "pr_url": link,
+        "pr_number": number,
         "summary": "Done.",
     }
     # After the pull request: no longer running, but the publication's records still land.
     assert kit.post("/v1/runtime/heartbeat", capability, {"runtime_id": "r1"}).json()["running"] is False
     assert kit.post("/v1/runtime/events", capability, bodies("r1")["/v1/runtime/events"]).status_code == 200
     assert upload.json()["key"] == f"artifacts/{task.id}/diff.patch"
+
+
+def test_a_review_ending_records_only_a_pull_request_of_the_tasks_branch_with_the_servers_link(
+    kit: Kit,
+) -> None:
+    """A capability holder cannot point the task's pull request anywhere: the number must be
+    a pull request of the task's repository whose head is the task's branch (asked of
+    GitHub), and the link recorded is the server's own."""
+    task = kit.task("a")
+    capability = kit.capability(task)
+    mine = kit.pull(REPO, task.branch)
+    elsewhere = kit.pull(REPO, "feature/someone-else")  # another branch's, same repository
+    for branch in ("feature/a", "feature/b"):  # the other repository's numbers run ahead
+        kit.pull(OTHER_REPO, branch)
+    other_repo = kit.pull(OTHER_REPO, task.branch)  # the task's branch name, in another repository
+    assert other_repo not in (mine, elsewhere)
+    twin = kit.twin.url
+    before = kit.snapshot(task)
+    hostile: list[tuple[str, dict[str, Any], str]] = [
+        ("other host", {"pr_url": f"https://evil.example/{REPO}/pull/{mine}", "pr_number": mine}, "pr_url"),
+        ("other repo's link", {"pr_url": f"{twin}/{OTHER_REPO}/pull/{mine}", "pr_number": mine}, "pr_url"),
+        ("other repo's number", {"pr_number": other_repo}, "pr_number"),
+        ("another branch's pull request", {"pr_number": elsewhere}, "pr_number"),
+        (
+            "its link for another branch's",
+            {"pr_url": f"{twin}/{REPO}/pull/{elsewhere}", "pr_number": elsewhere},
+            "pr_number",
+        ),
+        ("no such pull request", {"pr_number": 999}, "pr_number"),
+        ("non-numeric", {"pr_number": "seven"}, "pr_number"),
+        ("a numeric string", {"pr_number": str(mine)}, "pr_number"),
+        ("a boolean", {"pr_number": True}, "pr_number"),
+        ("huge", {"pr_number": 10**40}, "pr_number"),
+        ("past 32 bits", {"pr_number": 2**31}, "pr_number"),
+        ("zero", {"pr_number": 0}, "pr_number"),
+        ("negative", {"pr_number": -mine}, "pr_number"),
+        ("a path, not a link", {"pr_url": f"/{REPO}/pull/{mine}", "pr_number": mine}, "pr_url"),
+    ]
+    for name, change, field in hostile:
+        body = {"runtime_id": "r1", "status": "review", "summary": "Done."} | change
+        response = kit.post("/v1/runtime/finish", capability, body)
+        assert (response.status_code, response.json().get("error", {}).get("field")) == (400, field), (
+            name,
+            response.text,
+        )
+    assert kit.snapshot(task) == before
+
+    # the ending may leave the link out: the server builds it
+    done = kit.post(
+        "/v1/runtime/finish", capability, {"runtime_id": "r1", "status": "review", "pr_number": mine}
+    )
+    assert done.json() == {"status": "review", "changed": True}
+    stored = kit.store.require(task.id)
+    assert (stored.pr_url, stored.pr_number) == (f"{twin}/{REPO}/pull/{mine}", mine)
+    assert kit.twin.pull(REPO, mine)["html_url"] == stored.pr_url  # the link GitHub itself gives
 
 
 def test_a_failed_ending_is_redacted_and_a_cancelled_task_takes_no_more_records(kit: Kit) -> None:

@@ -1077,3 +1077,52 @@ def test_two_copies_of_one_delivery_racing_apply_it_once(world: World) -> None:
     assert outcomes.count("applied") == 1
     assert set(outcomes) <= {"applied", "duplicate", "unchanged"}
     assert [e["type"] for e in world.events()].count("github_event") == 1
+
+
+def test_a_real_reopen_brings_a_closed_task_back_to_review_but_never_a_withdrawn_one(
+    world: World, endpoint: LambdaHttpServer
+) -> None:
+    """A person closed Steward's pull request, then reopened it: the task and its item are in
+    review again. A task Steward withdrew stays closed: its pull request is to be closed
+    again by the loop (`pr_close_pending`), and a late `opened` is no reopen."""
+    task = world.task
+    closed = delivery("pull_request", pull_request_payload("closed", branch=task.branch))
+    assert _outcome(post(endpoint, closed)) == "applied"
+    assert (world.current().status, world.item_status()) == (TaskStatus.CLOSED, "closed")
+    late = delivery("pull_request", pull_request_payload("opened", branch=task.branch))
+    assert _outcome(post(endpoint, late)) == "unchanged"
+    assert world.current().status is TaskStatus.CLOSED
+
+    payload = real_payload("octokit.pull_request.reopened.json")
+    assert (payload["action"], payload["pull_request"]["state"]) == ("reopened", "open")
+    reopened = delivery("pull_request", aimed_at(payload, branch=task.branch))
+    assert _outcome(post(endpoint, reopened)) == "applied"
+    current = world.current()
+    assert (current.status, world.item_status()) == (TaskStatus.REVIEW, "review")
+    assert (current.pr_url, current.pr_number) == (payload["pull_request"]["html_url"], payload["number"])
+    assert world.events()[-1]["data"]["action"] == "reopened"
+    assert _outcome(post(endpoint, reopened)) == "duplicate"
+
+    # withdrawn by its owner: the withdrawal stands
+    withdrawn = world.services.tasks.cancel("alice", task.id)
+    assert (withdrawn.status, withdrawn.reason, withdrawn.pr_close_pending) == (
+        TaskStatus.CLOSED,
+        "withdrawn",
+        True,
+    )
+    tasks = world.services.tasks.tasks
+    tasks.finish_withdrawal(withdrawn, {"number": withdrawn.pr_number}, now=utcnow())  # the loop closed it
+    assert not tasks.require(task.id).pr_close_pending
+    again = delivery("pull_request", aimed_at(payload, branch=task.branch))
+    assert _outcome(post(endpoint, again)) == "applied"
+    current = world.current()
+    assert (current.status, current.reason, current.pr_close_pending) == (
+        TaskStatus.CLOSED,
+        "withdrawn",
+        True,
+    )
+    assert world.item_status() == "closed"
+    assert task.id in {t.id for t in tasks.live_for_user("alice")}  # the loop sees it to close it
+    assert world.events()[-1]["type"] == "pr_reopened"
+    twice = delivery("pull_request", aimed_at(payload, branch=task.branch))
+    assert _outcome(post(endpoint, twice)) == "unchanged"  # already to be closed again

@@ -431,3 +431,121 @@ def test_a_retry_of_a_withdrawn_task_spawns_only_once_its_pull_request_is_closed
     [retried] = loop.tasks.live_for_user("alice")
     assert (retried.attempt, retried.status) == (2, TaskStatus.QUEUED)
     assert retried.branch != task.branch  # its own branch, and later its own pull request
+
+
+def test_a_cancel_repeated_after_a_retry_changes_nothing_and_the_retry_still_spawns(
+    loop: Loop, twin: GitHubTwin, app: GitHubApp, installation: int
+) -> None:
+    """Withdraw, retry (acknowledged: the item is pending), cancel again (the documented
+    no-op): the repeated cancel must not put `closed` back on the item, which would lose the
+    acknowledged retry for good (no attempt ever spawned, the plan completed)."""
+    [task] = in_review(loop, twin, app, installation, "Change module 1")
+    withdrawn = loop.services.tasks.cancel("alice", task.id)
+    loop.services.tasks.retry("alice", task.id)
+    seq = loop.tasks.require(task.id).event_seq
+    assert loop.services.tasks.cancel("alice", task.id) == withdrawn  # 200, a no-op
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    assert (plan.items[0].status, plan.items[0].retry_requested) == (ItemStatus.PENDING, True)
+    assert loop.tasks.require(task.id).event_seq == seq  # no event either
+    for _ in range(3):
+        tick(loop)
+    [retried] = loop.tasks.live_for_user("alice")
+    assert (retried.attempt, retried.status) == (2, TaskStatus.QUEUED)
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    assert (plan.status, plan.items[0].status) == (PlanStatus.IN_PROGRESS, ItemStatus.RUNNING)
+
+
+# ---- a person reopens a pull request Steward opened
+
+
+def open_pulls(twin: GitHubTwin) -> list[int]:
+    return [p["number"] for p in twin.pull_states(REPO) if p["state"] == "open"]
+
+
+def test_a_retry_after_a_lost_reopen_returns_the_task_to_review_and_opens_no_second_pull_request(
+    loop: Loop, twin: GitHubTwin, app: GitHubApp, installation: int, receiver: WebhookReceiver
+) -> None:
+    [task] = in_review(loop, twin, app, installation, "Change module 1")
+    twin.close(REPO, task.pr_number or 0)
+    assert send(receiver, twin.deliveries[-1]) == "applied"
+    twin.reopen(REPO, task.pr_number or 0)  # as GitHub does; its `reopened` delivery is lost
+    lost = twin.deliveries[-1]
+    assert lost.action == "reopened"
+    loop.services.tasks.retry("alice", task.id)  # the task is closed as far as Steward knows: 202
+
+    tick(loop)  # the retry's spawn asks GitHub about the previous attempt's pull request first
+    assert loop.tasks.require(task.id).status is TaskStatus.REVIEW
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    assert plan.items[0].status is ItemStatus.REVIEW
+    assert [t.id for t in loop.tasks.live_for_user("alice")] == [task.id]  # no attempt 2
+    tick(loop)
+    assert open_pulls(twin) == [task.pr_number]  # never a second pull request
+    assert send(receiver, lost) == "unchanged"  # the delivery, late: already in review
+
+    # a retry now is refused, naming the open pull request (one per item revision)
+    with pytest.raises(LifecycleError, match=f"#{task.pr_number} is open") as refused:
+        loop.services.tasks.retry("alice", task.id)
+    assert refused.value.status == 409
+
+
+def test_resync_finds_a_reopen_and_a_merge_whose_deliveries_were_lost(
+    loop: Loop, twin: GitHubTwin, app: GitHubApp, installation: int, receiver: WebhookReceiver
+) -> None:
+    [task, other] = in_review(loop, twin, app, installation, *numbered(2))
+    twin.close(REPO, task.pr_number or 0)
+    assert send(receiver, twin.deliveries[-1]) == "applied"
+    twin.merge(REPO, other.pr_number or 0)
+    assert send(receiver, twin.deliveries[-1]) == "applied"
+    tick(loop)
+    tick(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    assert (plan.status, [i.status for i in plan.items]) == (
+        PlanStatus.COMPLETED,
+        [ItemStatus.CLOSED, ItemStatus.MERGED],
+    )
+    # a person closed it lately: the loop keeps the user scheduled to look again
+    assert "alice" in set(LivenessIndex(loop.services.tables).all_live_users())
+
+    twin.reopen(REPO, task.pr_number or 0)
+    twin.merge(REPO, task.pr_number or 0)  # both deliveries lost
+    tick(loop, seconds=2 * 3600)  # past the resync period
+    merged = loop.tasks.require(task.id)
+    assert merged.status is TaskStatus.MERGED
+    assert event_types(loop, task.id)[-1] == "github_event"
+    tick(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    assert [i.status for i in plan.items] == [ItemStatus.MERGED, ItemStatus.MERGED]
+    tick(loop)
+    assert "alice" not in set(LivenessIndex(loop.services.tables).all_live_users())
+
+
+def test_a_withdrawn_task_stays_closed_when_its_pull_request_is_reopened_and_the_loop_closes_it_again(
+    loop: Loop, twin: GitHubTwin, app: GitHubApp, installation: int, receiver: WebhookReceiver
+) -> None:
+    [task] = in_review(loop, twin, app, installation, "Change module 1")
+    loop.services.tasks.cancel("alice", task.id)
+    tick(loop)
+    assert pull_state(twin, task) == ("closed", False)
+    assert send(receiver, twin.deliveries[-1]) == "unchanged"  # the loop's own close
+
+    twin.reopen(REPO, task.pr_number or 0)
+    assert send(receiver, twin.deliveries[-1]) == "applied"
+    reopened = loop.tasks.require(task.id)
+    assert (reopened.status, reopened.reason, reopened.pr_close_pending) == (
+        TaskStatus.CLOSED,
+        "withdrawn",
+        True,
+    )
+    tick(loop)
+    assert pull_state(twin, task) == ("closed", False)  # the withdrawal stands
+    assert len(bodies(twin, task)) == 1  # and says so once
+    closed = loop.tasks.require(task.id)
+    assert (closed.status, closed.pr_close_pending) == (TaskStatus.CLOSED, False)
+    plan = loop.services.plans.get("alice", "demo")
+    assert plan is not None
+    assert plan.items[0].status is ItemStatus.CLOSED

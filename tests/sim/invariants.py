@@ -37,6 +37,7 @@ class Checker:
         self.approved: set[tuple[str, str, int]] = set()  # (slug, item key, revision) ever approved
         self.passed: dict[str, set[str]] = {}  # task id -> checks its runtime saw pass
         self.pushed: dict[str, str] = {}  # task id -> the commit its runtime pushed
+        self.retried: list[dict[str, Any]] = []  # the task rows of every acknowledged retry (202)
         self._tasks: dict[str, str] = {}
         self._plans: dict[str, str] = {}
         self._items: dict[tuple[str, str], str] = {}
@@ -54,6 +55,45 @@ class Checker:
 
     def branch_of(self, task_id: str) -> str:
         return str(self.task_rows()[task_id]["branch"])
+
+    def acknowledged_retry(self, task_id: str) -> None:
+        """The API answered a retry of `task_id` with 202: another attempt is owed."""
+        self.retried.append(dict(self.task_rows()[task_id]))
+
+    def lost_retries(self) -> list[str]:
+        """Acknowledged retries that never spawned an attempt. Owed: a later attempt of the
+        same item revision, unless the person changed what was retried since (archived the
+        plan, published it without confirming, edited, removed or checked the item) or the
+        retried task came back to life through its pull request (reopened or revived: the
+        item shows that pull request). A `closed` item is no excuse: that is how a retry
+        was once lost (a repeated cancel projected `closed` onto the retried item)."""
+        tasks = self.task_rows().values()
+        plans = {str(r["slug"]): r for r in self.w.rows("plans")}
+        lost: list[str] = []
+        for row in self.retried:
+            slug, key, revision = row["plan_slug"], row["item_key"], int(row["revision"])
+            if any(
+                (t["plan_slug"], t["item_key"], int(t["revision"])) == (slug, key, revision)
+                and int(t["attempt"]) > int(row["attempt"])
+                for t in tasks
+            ):
+                continue
+            plan = plans.get(slug) or {}
+            item = (plan.get("items") or {}).get(key) or {}
+            changed_by_person = (
+                plan.get("status") != PlanStatus.COMPLETED.value  # archived, or awaiting a confirm
+                or plan.get("approved_hash") != plan.get("content_hash")
+                or item.get("removed")
+                or int(item.get("revision", -1)) != revision
+                or item.get("status") == ItemStatus.DONE.value
+            )
+            revived = self.task_status(row["task_id"]) in (TaskStatus.REVIEW.value, TaskStatus.MERGED.value)
+            if not (changed_by_person or revived):
+                lost.append(
+                    f"the acknowledged retry of {row['task_id'][:12]} ({row['status']}) spawned no attempt; "
+                    f"its item is {item.get('status')}"
+                )
+        return lost
 
     # ---- every write
     def observe(self) -> None:
@@ -211,8 +251,9 @@ def refused(w: World, runtime: Runtime, status: str | None) -> None:
 def converge(machine: ControlPlane) -> None:
     """Faults stop; the person lets the loop run and a reviewer merges every pull request. A
     bounded number of rounds (each: a resync period and a reaper grace pass, a tick, the
-    runtimes run, webhooks arrive) brings every confirmed plan to a terminal state, and every
-    merged pull request is recorded on its task. Once, the person withdraws the oldest task
+    runtimes run, webhooks arrive) brings every confirmed plan to a terminal state, every
+    merged pull request is recorded on its task, and every acknowledged retry spawned its
+    attempt (`Checker.lost_retries`). Once, the person withdraws the oldest task
     in review instead of letting it be merged: the loop closes its pull request."""
     w = machine.w
     w.board.reset()
@@ -223,7 +264,7 @@ def converge(machine: ControlPlane) -> None:
     withdrew = False
     for _ in range(CONVERGENCE_ROUNDS):
         if _settled(machine):
-            return
+            break
         w.clocks.advance(200)
         machine._act(lambda: w.heartbeats["a"].tick(USER))
         w.adopt_launched()
@@ -247,6 +288,8 @@ def converge(machine: ControlPlane) -> None:
             machine._act(machine._do_reap)  # a runtime died: its task waits for the reaper
         machine.checker.check()
     assert _settled(machine), "no convergence: " + _describe(machine)
+    lost = machine.checker.lost_retries()
+    assert not lost, "; ".join(lost) + ": " + _describe(machine)
 
 
 def _settled(machine: ControlPlane) -> bool:

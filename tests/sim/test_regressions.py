@@ -10,7 +10,7 @@ import pytest
 from moto import mock_aws
 
 from tests.sim.machine import ControlPlane
-from tests.sim.world import Run
+from tests.sim.world import USER, Run
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +58,53 @@ def test_a_cancel_repeated_after_a_retry_does_not_reopen_the_items_failure(run: 
         ):
             step()
             state.holds()
+
+    replay(script)
+
+
+def test_a_cancel_repeated_after_the_retry_of_a_withdrawn_task_loses_no_retry(run: Run) -> None:
+    """Was: `the acknowledged retry of t... (closed) spawned no attempt; its item is closed`: a
+    task withdrawn in review, retried (202, its item pending), cancelled again (a no-op):
+    the repeated cancel projected `closed` onto the retried item, the plan completed, and
+    no attempt ever spawned."""
+
+    def script(state: ControlPlane) -> None:
+        for step in (
+            lambda: state.first_plan(titles=["Add a greeting"], max_attempts=1),
+            lambda: state.runtime_step(pick=0, stages=8, data=Outcomes({})),  # to review
+            lambda: state.retry_or_cancel(action="cancel", pick=0),  # withdrawn
+            lambda: state.retry_or_cancel(action="retry", pick=0),
+            lambda: state.retry_or_cancel(action="cancel", pick=0),
+        ):
+            step()
+            state.holds()
+        assert state.checker.task_status(state.checker.retried[0]["task_id"]) == "closed"
+
+    replay(script)
+
+
+def test_a_confirm_in_another_session_during_a_stale_confirm_is_not_its_approval(run: Run) -> None:
+    """Was (the simulation's own invariant, seed 20261202 worker 2): `a confirmation of
+    content no longer displayed approved the current content`: the person's confirm of the
+    current content in another session ran inside the stale confirm, before its conditional
+    write; the write was refused (409, "the plan changed"), yet the rule compared the
+    approval before and after the whole rule and blamed the stale confirm for the other's."""
+
+    def script(state: ControlPlane) -> None:
+        for step in (
+            lambda: state.first_plan(titles=["Add a greeting"], max_attempts=1),
+            lambda: state.arm_interleave(action="heartbeat_b", countdown=0),
+            # before the stale confirm's TransactWriteItems (after the edit's publish)
+            lambda: state.arm_interleave(action="confirm_awaiting", countdown=2),
+            lambda: state.confirm(pick=0, stale=True),
+        ):
+            step()
+            state.holds()
+        first, current = state.hashes["p1"]
+        assert state.refusals[-1].startswith("Conflict: the plan changed")
+        plan = state.w.plans.get(USER, "p1")  # approved by the other session's confirm
+        assert plan is not None
+        assert plan.approved_hash == current != first
 
     replay(script)
 

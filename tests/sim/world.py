@@ -1,8 +1,8 @@
 """The simulated world a schedule runs in: the real stores on moto, the real services and
 handlers, the GitHub twin, and fakes only for ECS, the model provider and time.
 
-Built once per run (`Run`): moto in-process with its DynamoDB serialized (DESIGN section
-10), the artifact bucket, the capability key, the twin (its webhooks withheld: the schedule
+Built once per run (`Run`): moto in-process with its DynamoDB serialized (README:
+"Testing notes"), the artifact bucket, the capability key, the twin (its webhooks withheld: the schedule
 delivers them itself, in the order and as often as it chooses) and the App's client. Built
 per schedule (`World`): fresh tables under a prefix of their own, a fresh repository on the
 twin, the clocks, the ECS fake, every service wired to them, and the runtimes the launcher
@@ -359,7 +359,9 @@ class World:
             installations=installations,
             clock=clock("webhook"),
         )
-        self.runtime_service = RuntimeService(self.tasks, artifacts, clock=clock("runtime"))
+        self.runtime_service = RuntimeService(
+            self.tasks, artifacts, clock=clock("runtime"), github=lambda: run.app, installations=installations
+        )
         self.minter = Minter(
             tickets,
             self.tasks,

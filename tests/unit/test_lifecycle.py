@@ -1,4 +1,4 @@
-"""The plan, item and task lifecycles of DESIGN section 3: the transition functions, the
+"""The plan, item and task lifecycles of README: "Lifecycles": the transition functions, the
 tables (`steward.domain.lifecycle`) and the code that writes statuses, against each other."""
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ ALLOWED = {
     (T.FAILED, T.REVIEW),
     (T.FAILED, T.MERGED),
     (T.FAILED, T.CLOSED),
+    (T.CLOSED, T.REVIEW),  # a person reopened its pull request (never a withdrawn task's)
     (T.CLOSED, T.MERGED),
 }
 
@@ -151,6 +152,7 @@ EXPECTED_ITEM = {
     (I.REVIEW, I.MERGED),
     (I.REVIEW, I.CLOSED),
     (I.CLOSED, I.MERGED),
+    (I.CLOSED, I.REVIEW),  # its task's pull request reopened
     (I.PENDING, I.REVIEW),  # projection onto a retried item
     (I.PENDING, I.MERGED),
     (I.PENDING, I.CLOSED),
@@ -272,7 +274,6 @@ def test_item_changes_outside_the_table() -> None:
         (I.MERGED, I.RUNNING),  # a merged item's task is final; only a new revision works again
         (I.MERGED, I.REVIEW),  # its task never goes back
         (I.MERGED, I.CLOSED),
-        (I.CLOSED, I.REVIEW),  # a closed pull request reopened is not followed
         (I.REVIEW, I.FAILED),
         (I.REVIEW, I.RUNNING),  # no new attempt while a pull request waits
         (I.PENDING, I.FAILED),  # a pending item's task (if any) is retried, never re-failed
@@ -296,7 +297,6 @@ def test_task_changes_outside_the_table() -> None:
     for old, new in [
         (T.MERGED, T.RUNNING),
         (T.MERGED, T.REVIEW),
-        (T.CLOSED, T.REVIEW),  # a reopened pull request is not followed
         (T.REVIEW, T.FAILED),
         (T.REVIEW, T.RUNNING),
         (T.CANCELLED, T.REVIEW),  # a cancelled task keeps nothing it published
@@ -514,5 +514,8 @@ def test_cancel_refusals_say_why(status: T, reason: str | None, says: str) -> No
 
 def test_a_withdrawn_task_may_still_be_merged_and_is_never_reopened() -> None:
     assert lifecycle.task_change_allowed(T.CLOSED, T.MERGED)  # a person merged it anyway
-    assert not lifecycle.task_change_allowed(T.CLOSED, T.REVIEW)
+    # a person's reopen brings a closed task back to review, never one Steward withdrew
+    assert lifecycle.follows_reopen(T.CLOSED, None)
+    assert not lifecycle.follows_reopen(T.CLOSED, lifecycle.WITHDRAWN)
+    assert not any(lifecycle.follows_reopen(s, None) for s in T if s is not T.CLOSED)
     assert T.CLOSED in lifecycle.RETRYABLE_TASK_STATUSES  # the item may be retried afresh

@@ -1,4 +1,5 @@
-"""Which review tasks the loop asks GitHub about, and when it must tick again for them."""
+"""Which tasks the loop asks GitHub about (in review; closed by a person lately), and when it
+must tick again for them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ POLICY = ResyncPolicy(period=timedelta(minutes=15), max_calls=3)
 
 
 def task(
-    n: int, status: TaskStatus = TaskStatus.REVIEW, *, changed: int = 0, observed: int | None = None
+    n: int,
+    status: TaskStatus = TaskStatus.REVIEW,
+    *,
+    changed: int = 0,
+    observed: int | None = None,
+    reason: str | None = None,
 ) -> Task:
     return Task(
         id=f"t{n:03d}",
@@ -33,6 +39,8 @@ def task(
         created_at=T0,
         updated_at=T0 + timedelta(minutes=changed),
         github_observed_at=None if observed is None else T0 + timedelta(minutes=observed),
+        reason=reason,
+        pr_number=None if status in (TaskStatus.RUNNING, TaskStatus.QUEUED) else n,
     )
 
 
@@ -53,7 +61,23 @@ def test_only_review_tasks_a_period_old_are_due_oldest_first_within_the_budget()
 
 
 def test_the_next_resync_is_when_the_oldest_review_task_falls_due() -> None:
+    now = T0 + timedelta(minutes=1)
     assert next_due(
-        [task(1, changed=5), task(2, observed=2), task(3, TaskStatus.RUNNING)], POLICY
+        [task(1, changed=5), task(2, observed=2), task(3, TaskStatus.RUNNING)], POLICY, now
     ) == T0 + timedelta(minutes=17)
-    assert next_due([task(3, TaskStatus.RUNNING), task(4, TaskStatus.MERGED)], POLICY) is None
+    assert next_due([task(3, TaskStatus.RUNNING), task(4, TaskStatus.MERGED)], POLICY, now) is None
+
+
+def test_pull_requests_a_person_closed_are_watched_for_a_window_after_the_review_tasks() -> None:
+    """A reopen (or a merge after it) whose delivery was lost is found: a task a person closed
+    is observed like a review task, after them, until `closed_window` has passed; one that
+    Steward withdrew is not (its reopen is closed again by the loop)."""
+    closed, withdrawn = task(1, TaskStatus.CLOSED), task(2, TaskStatus.CLOSED, reason="withdrawn")
+    review = task(3, changed=5)
+    now = T0 + timedelta(minutes=30)
+    assert [t.id for t in due([closed, withdrawn, review], now, POLICY, budget=3)] == ["t003", "t001"]
+    assert [t.id for t in due([closed, review], now, POLICY, budget=1)] == ["t003"]
+    assert next_due([closed, withdrawn], POLICY, now) == T0 + timedelta(minutes=15)
+    later = T0 + POLICY.closed_window + timedelta(minutes=1)
+    assert due([closed], later, POLICY, budget=3) == []
+    assert next_due([closed, withdrawn], POLICY, later) is None

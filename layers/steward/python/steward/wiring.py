@@ -236,10 +236,18 @@ def minter() -> Minter:
 @cache
 def runtime_service() -> RuntimeService:
     from steward.adapters.artifact_store import ArtifactStore  # noqa: PLC0415
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
     from steward.adapters.task_store import TaskStore  # noqa: PLC0415
     from steward.services.runtime import RuntimeService  # noqa: PLC0415
 
-    return RuntimeService(TaskStore(tables()), ArtifactStore(settings().artifacts_bucket))
+    s, t = settings(), tables()
+    return RuntimeService(
+        TaskStore(t),
+        ArtifactStore(s.artifacts_bucket),
+        # a review ending's pull request is checked on GitHub (unset App: none is accepted)
+        github=loop_github if s.github_app_id is not None else None,
+        installations=InstallationStore(t),
+    )
 
 
 def github_app(s: Settings) -> GitHubApp:
@@ -409,7 +417,8 @@ def withdrawals() -> Withdrawals | None:
 
 @cache
 def loop_github() -> GitHubApp:
-    """The heartbeat's one GitHub App client (resync and withdrawals), built on first use."""
+    """The process's one GitHub App client for the loop (resync and withdrawals) and the
+    runtime routes (a review ending's pull request), built on first use."""
     return github_app(settings())
 
 

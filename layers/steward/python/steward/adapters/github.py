@@ -1,4 +1,4 @@
-"""GitHub App adapter: the only place Steward calls GitHub's REST API (DESIGN sections 6, 7).
+"""GitHub App adapter: the only place Steward calls GitHub's REST API (README: "The runner", "GitHub").
 
 One githubkit sync client per `GitHubApp`, reused across calls. It authenticates as the App
 (a JWT signed with the App's private key) for the App routes, and every repository call
@@ -198,14 +198,23 @@ class RepositoryClient:
                 self._tokens[key] = cached
         return {"Authorization": f"token {cached.token}"}
 
+    def web_url(self) -> str:
+        """The web host of this deployment's GitHub, from its API URL: github.com (API unset
+        or api.github.com), a GHES host (API at /api/v3) or, for the twin, the API's own URL."""
+        if self.base_url is None or self.base_url == "https://api.github.com":
+            return "https://github.com"
+        return self.base_url.removesuffix("/api/v3")
+
     def git_url(self, repo: str) -> str:
-        """The smart-HTTP URL of `repo` (no credentials): github.com, a GHES host (API at
-        /api/v3) or, for the twin, under the API's own URL."""
+        """The smart-HTTP URL of `repo` (no credentials)."""
         split_repo(repo)
-        if self.base_url is None:
-            return f"https://github.com/{repo}.git"
-        host = self.base_url.removesuffix("/api/v3")
-        return f"{host}/{repo}.git"
+        return f"{self.web_url()}/{repo}.git"
+
+    def pull_url(self, repo: str, number: int) -> str:
+        """The web link of pull request `number` of `repo`, built here and never taken from
+        a caller: what Steward shows as a task's pull request."""
+        split_repo(repo)
+        return f"{self.web_url()}/{repo}/pull/{number}"
 
     # ---- pull requests
 
@@ -234,6 +243,26 @@ class RepositoryClient:
             return found[0] if found else None
 
         return self._call(f"list pull requests of {repo} for {branch}", call)
+
+    def branch_pull(self, installation_id: int, repo: str, number: int, branch: str) -> PullRef | None:
+        """Pull request `number` of `repo` when its head is `branch` of `repo` itself; None
+        when `repo` has no such pull request, or its head is another branch or a fork's."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> PullRef | None:
+            pull = self._gh.rest.pulls.get(owner, name, number, headers=headers).parsed_data
+            head_repo = pull.head.repo
+            if pull.head.ref != branch or head_repo is None or head_repo.full_name.lower() != repo.lower():
+                return None
+            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None)
+
+        try:
+            return self._call(f"read pull request {number} of {repo}", call)
+        except GitHubError as exc:
+            if exc.upstream_status == 404:
+                return None
+            raise
 
     def observe_pull(
         self, installation_id: int, repo: str, branch: str, *, etag: str | None = None

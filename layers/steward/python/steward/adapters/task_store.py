@@ -9,7 +9,7 @@ existing task back from the cancellation reason, creating nothing.
 Status changes go through `transition`: one TransactWriteItems that moves the task
 (conditional on the status and event sequence it was read with), appends its durable event
 with the next gapless sequence number, and, for lifecycle events, wakes the owner's loop
-(DESIGN section 1; why a wake and not a bare watermark bump: `_write_transition`).
+(README: "The loop"; why a wake and not a bare watermark bump: `_write_transition`).
 Non-terminal tasks carry the attributes of the sparse `live_*` indexes; a terminal
 transition removes them.
 
@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import (
@@ -39,6 +38,7 @@ from steward.adapters.dynamo import (
     encode_cursor,
     error_code,
     is_conditional_failure,
+    key,
     plain,
     refused_included,
     storable,
@@ -145,7 +145,7 @@ class TaskStore:
             "ExpressionAttributeValues": {":k": key_value},
             "Limit": limit,
         }
-        start = decode_cursor(cursor, must_match={key_name: key_value})
+        start = decode_cursor(cursor, TASKS.page_key(index), must_match={key_name: key_value})
         if start:
             kwargs["ExclusiveStartKey"] = start
         page = self._table.query(**kwargs)
@@ -156,13 +156,13 @@ class TaskStore:
     def live_for_user(self, user: str) -> list[Task]:
         """The user's non-terminal tasks (sparse index; eventually consistent, so callers
         re-check with conditional writes)."""
-        return self._query_all(IndexName="live_by_user", KeyConditionExpression=Key("live_user").eq(user))
+        return self._query_all(IndexName="live_by_user", KeyConditionExpression=key("live_user").eq(user))
 
     def overdue(self, shard: str, now: datetime) -> list[Task]:
         """Non-terminal tasks of one shard whose deadline passed."""
         return self._query_all(
             IndexName="live_deadline",
-            KeyConditionExpression=Key("live_shard").eq(shard) & Key("deadline").lt(iso(now)),
+            KeyConditionExpression=key("live_shard").eq(shard) & key("deadline").lt(iso(now)),
         )
 
     def _query_all(self, **kwargs: Any) -> list[Task]:
@@ -333,7 +333,7 @@ class TaskStore:
         """One transaction: the task, its event, and for a lifecycle event the owner's wake.
 
         A lifecycle event wakes the loop (watermark, liveness index and `live_mark`) rather
-        than only advancing the watermark. The watermark contract (DESIGN section 1) says
+        than only advancing the watermark. The watermark contract (README: "The loop") says
         the loop acts on every advance, but a tick that holds the lease records as processed
         the watermark it read and, finding no live work, takes the user out of the liveness
         index unless `live_mark` moved: an advance without the mark made during that tick is
@@ -431,7 +431,7 @@ class TaskStore:
         removes: Sequence[str] = (),
     ) -> Task:
         """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
-        advance the watermark (DESIGN section 1). `admit(current)` runs before every attempt,
+        advance the watermark (README: "The loop"). `admit(current)` runs before every attempt,
         on the task as read for it, and raises to refuse the event: every status change moves
         the event sequence too, so an event admitted for a status is written only while the
         task still has it. `sets`: attributes of the task written with the event; `removes`:
@@ -583,7 +583,9 @@ class TaskStore:
         """A person's cancel (`lifecycle.cancel_target`): queued/running -> cancelled
         (final, `reason`); review -> closed, reason `withdrawn` (final), marked
         `pr_close_pending` in the same conditional write, so the loop closes its pull request
-        (`steward.services.withdrawal`). Repeating either is a no-op.
+        (`steward.services.withdrawal`). Repeating either is a no-op that writes nothing: not
+        even the item's projection, which a person's retry may have moved on since (pending
+        for the next attempt: projecting `closed` onto it again would lose that retry).
 
         The write is conditional on the status (and event sequence) it was decided from: a
         merge webhook that lands first makes the withdrawal a LifecycleError (409) saying
@@ -595,19 +597,21 @@ class TaskStore:
             target = lifecycle.cancel_target(task.status, reason=task.reason)
             try:
                 if target is TaskStatus.CANCELLED:
-                    moved, _ = self.transition(
+                    moved, changed = self.transition(
                         task, target, now=now, event="cancelled", classification="final", reason=reason
                     )
                 else:
-                    moved = self._withdraw(task, user, now=now)
+                    moved, changed = self._withdraw(task, user, now=now)
             except LifecycleError:
                 continue  # it moved after it was read: decide again from what it is now
-            self.project_item(moved, now=now)
+            if changed:  # a lost projection of the first cancel is the loop's to repair
+                self.project_item(moved, now=now)
             return moved
         raise Conflict(f"task {task_id} kept changing; retry")
 
-    def _withdraw(self, task: Task, user: str, *, now: datetime) -> Task:
-        """review -> closed (withdrawn, final, `pr_close_pending`); a withdrawn task as it is."""
+    def _withdraw(self, task: Task, user: str, *, now: datetime) -> tuple[Task, bool]:
+        """review -> closed (withdrawn, final, `pr_close_pending`); a withdrawn task as it is.
+        Returns (task, changed)."""
         moved, changed = self.transition(
             task,
             TaskStatus.CLOSED,
@@ -625,7 +629,7 @@ class TaskStore:
                 "meanwhile; there is nothing left to withdraw",
                 field="status",
             )
-        return moved
+        return moved, changed
 
     def finish_withdrawal(self, task: Task, data: Mapping[str, Any], *, now: datetime) -> bool:
         """The loop closed the withdrawn task's pull request (or found nothing to close): clear
@@ -651,10 +655,75 @@ class TaskStore:
             return False
         return True
 
+    def close_again(
+        self,
+        task: Task,
+        data: Mapping[str, Any],
+        *,
+        now: datetime,
+        include: Sequence[Mapping[str, Any]] = (),
+    ) -> bool:
+        """A person reopened the pull request of a task Steward withdrew: the withdrawal
+        stands, so the task (still closed, withdrawn) is marked `pr_close_pending` again with a
+        `pr_reopened` event and the loop woken, which closes the pull request again (its
+        withdrawal comment is written once: `steward.services.withdrawal`). False when the
+        mark is set already (nothing written). An `include`d part whose condition fails
+        raises IncludedWriteRefused."""
+        current = task
+        for _ in range(TRANSITION_ATTEMPTS):
+            if current.pr_close_pending:
+                return False
+            seq = current.event_seq + 1
+            actions: list[dict[str, Any]] = [
+                {
+                    "Update": {
+                        "TableName": self._tables.name(TASKS),
+                        "Key": {"task_id": task.id},
+                        # back in the owner's live index until the loop has closed it again
+                        "UpdateExpression": "SET pr_close_pending = :t, live_user = :u, "
+                        "event_seq = :seq, updated_at = :now",
+                        "ConditionExpression": "#s = :closed AND reason = :withdrawn AND event_seq = :prev",
+                        "ExpressionAttributeNames": {"#s": "status"},
+                        "ExpressionAttributeValues": {
+                            ":t": True,
+                            ":u": task.user,
+                            ":seq": seq,
+                            ":now": iso(now),
+                            ":closed": TaskStatus.CLOSED.value,
+                            ":withdrawn": lifecycle.WITHDRAWN,
+                            ":prev": current.event_seq,
+                        },
+                    }
+                },
+                self._event_put(task, seq, "pr_reopened", dict(data), now),
+                {"Update": wake_update(self._tables, task.user)},
+                *(dict(part) for part in include),
+            ]
+            try:
+                self._tables.client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                if include and refused_included(exc, 3):
+                    raise IncludedWriteRefused from None
+                current = self.require(task.id)
+                if current.status is not TaskStatus.CLOSED or current.reason != lifecycle.WITHDRAWN:
+                    return False  # merged meanwhile: nothing is left to close
+                continue
+            return True
+        raise Conflict(f"task {task.id} kept changing; retry")
+
     def request_retry(self, task: Task, *, now: datetime) -> None:
         """Ask the loop for another attempt of a finished task's item: the item goes back to
         pending while still linked to `task`, which the next spawn checks as its previous
-        task (DESIGN section 4, explicit retry). Only the item's current task can be retried."""
+        task (README: "Identity and publishing rules", explicit retry). Only the item's current task can be retried."""
+        if task.status is TaskStatus.REVIEW and task.pr_number is not None:
+            # one open pull request per item revision: its own (reopened, perhaps) comes first
+            raise LifecycleError(
+                f"a task that is review cannot be retried: its pull request #{task.pr_number} is open "
+                f"({task.pr_url}); merge or close it first",
+                field="status",
+            )
         if task.status not in lifecycle.RETRYABLE_TASK_STATUSES:
             raise LifecycleError(f"a task that is {task.status.value} cannot be retried", field="status")
         actions: list[Any] = [

@@ -1,4 +1,4 @@
-"""Plan, plan item and task lifecycles of DESIGN section 3: one transition table each, and
+"""Plan, plan item and task lifecycles of README: "Lifecycles": one transition table each, and
 the pure transition functions the stores' conditions are tested against.
 
 The tables list every status change any code path writes, grouped by the operation that
@@ -136,8 +136,10 @@ TASK_SOURCES: dict[TaskStatus, frozenset[TaskStatus]] = {
     # the runtime's claim
     T.RUNNING: frozenset({T.QUEUED}),
     # the runtime's finish with its pull request (from running); a pull request event, by
-    # webhook or resync, also on a failed task whose runtime opened one before it died
-    T.REVIEW: frozenset({T.RUNNING, T.FAILED}),
+    # webhook or resync, also on a failed task whose runtime opened one before it died, and
+    # on a closed one whose pull request a person reopened (`reopened`, or resync seeing it
+    # open; never a task Steward withdrew: `follows_reopen`)
+    T.REVIEW: frozenset({T.RUNNING, T.FAILED, T.CLOSED}),
     # a pull request event (webhook or resync): merged, also after Steward saw it closed
     T.MERGED: frozenset({T.RUNNING, T.REVIEW, T.FAILED, T.CLOSED}),
     # a pull request event (webhook or resync): closed unmerged; from review also a
@@ -182,6 +184,13 @@ def cancel_target(status: TaskStatus, *, reason: str | None = None) -> TaskStatu
         T.FAILED: "it has failed already; `steward task retry` asks for another attempt",
     }
     raise LifecycleError(f"a task that is {status.value} cannot be cancelled: {why[status]}", field="status")
+
+
+def follows_reopen(status: TaskStatus, reason: str | None) -> bool:
+    """Whether an open pull request (reopened by a person) brings a task in `status` with
+    `reason` back to review: a closed task, unless Steward withdrew it (then the withdrawal
+    stands and the loop closes the pull request again)."""
+    return status is T.CLOSED and reason != WITHDRAWN
 
 
 def task_change_allowed(old: TaskStatus, new: TaskStatus) -> bool:
@@ -232,7 +241,7 @@ ITEM_CHANGES: dict[str, frozenset[tuple[ItemStatus, ItemStatus]]] = {
     # the projection of the item's task (`PlanStore.project_item`: the runtime's finish, a
     # webhook, resync, the reaper, a cancel, the loop's repair): ITEM_STATUS_OF of each task
     # change, or of several when projections were lost
-    "project": _into({I.RUNNING, I.FAILED}, I.REVIEW)
+    "project": _into({I.RUNNING, I.FAILED, I.CLOSED}, I.REVIEW)
     | _into({I.RUNNING, I.REVIEW, I.FAILED, I.CLOSED}, I.MERGED)
     | _into({I.RUNNING, I.REVIEW, I.FAILED}, I.CLOSED)
     | _into({I.RUNNING}, I.FAILED),

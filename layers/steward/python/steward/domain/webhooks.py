@@ -1,4 +1,4 @@
-"""GitHub webhook rules (DESIGN section 7), pure: signature, headers, payloads, correlation
+"""GitHub webhook rules (README: "GitHub"), pure: signature, headers, payloads, correlation
 and the order-independent installation merge. `steward.services.webhooks` applies them
 with the stores.
 
@@ -28,7 +28,9 @@ Correlation (pull requests): a canonical task branch (`ids.task_id_from_branch`,
 guessed), head and base in the event's repository (a fork's branch of the same name is not
 Steward's), an installation id; then the task, its repository and its owner's live
 installation holding that repository must all agree. The target status is derived from the
-pull request (merged -> merged, closed -> closed, open -> review).
+pull request (merged -> merged, closed -> closed, open -> review); a closed task follows an
+open pull request back to review only when a person reopened it (`reopened`), never when
+Steward withdrew the task.
 
 Installations (ordering rule). Deliveries repeat and arrive out of order, so each
 installation event is merged into a per-installation state that is a join of its parts,
@@ -75,10 +77,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from steward.domain import lifecycle
 from steward.domain.errors import BadRequest
 from steward.domain.ids import task_id_from_branch
 from steward.domain.installations import Installation
@@ -312,6 +316,30 @@ def target_status(*, state: str, merged: bool) -> TaskStatus:
     if merged:
         return TaskStatus.MERGED
     return TaskStatus.CLOSED if state == "closed" else TaskStatus.REVIEW
+
+
+class Reopened(StrEnum):
+    """What a pull request found open means for a closed task (`reopened`)."""
+
+    NO = "no"  # the task is not closed, or the pull request is not open: the usual rules
+    FOLLOW = "follow"  # a person reopened it: the task is back in review
+    STALE = "stale"  # a delivery older than the close (a late `opened`): nothing changes
+    CLOSE_AGAIN = "close_again"  # Steward withdrew the task: it stays closed, the loop closes it
+
+
+def reopened(task: Task, target: TaskStatus, *, action: str | None) -> Reopened:
+    """A pull request event (`action`), or resync's observation of GitHub now (`action`
+    None), says the pull request of `task` is open (`target` review). A closed task follows
+    a person's reopen back to review, but only on the `reopened` delivery itself or on what
+    GitHub says now: deliveries come out of order, and a late `opened` is older than the
+    close. A task Steward withdrew stays closed: the withdrawal stands."""
+    if task.status is not TaskStatus.CLOSED or target is not TaskStatus.REVIEW:
+        return Reopened.NO
+    if not lifecycle.follows_reopen(task.status, task.reason):
+        return Reopened.CLOSE_AGAIN
+    if action is not None and action != "reopened":
+        return Reopened.STALE
+    return Reopened.FOLLOW
 
 
 @dataclass(frozen=True)

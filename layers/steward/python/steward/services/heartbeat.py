@@ -132,15 +132,18 @@ class Heartbeat:
         applier = _Apply(self, state, {p.slug: p for p in plans}, {t.id: t for t in live}, now, day, sweep)
         complete = applier.run(decision.actions)
         due = gates.next_local_midnight(state.settings, now) if decision.blocked_by_cap else None
+        watched: list[Task] = []  # closed by a person lately: a lost reopen or merge is found
         if self.resync is not None and sweep is not None:
-            self.resync.sweep_review(sweep, state.user, live, now=now)
-            due = _earliest(due, self.resync.next_due(sweep, live, now=now))
+            watched = self.resync.recently_closed(plans, now=now)
+            self.resync.sweep_review(sweep, state.user, live, now=now, closed=watched)
+            due = _earliest(due, self.resync.next_due(sweep, [*live, *watched], now=now))
         self.users.finish_tick(
             state,
             now=self.clock(),
             processed_watermark=state.watermark if complete and decision.settles else None,
             due_at=due,
-            still_live=decision.live_work or bool(applier.spawned),
+            # the user stays scheduled while resync still watches a closed pull request
+            still_live=decision.live_work or bool(applier.spawned) or bool(watched),
         )
         return TickReport(
             state.user,

@@ -3,9 +3,12 @@ have come (the rules: `steward.domain.resync`).
 
 Per tick and user, at most `policy.max_calls` GitHub calls: first the checks that gate a
 retry (a retryable failure whose runtime opened a pull request before it died is revived
-to that pull request's state, never retried on a new branch), then the review tasks whose
-last observation is oldest. Each review task is asked with the ETag of its previous
-answer, so an unchanged pull request is a 304 that costs no rate limit. A state found is
+to that pull request's state, never retried on a new branch; a closed task whose pull
+request a person reopened is back in review, and no second pull request is opened), then
+the review tasks whose last observation is oldest, then the tasks whose pull request a
+person closed within `policy.closed_window` (`recently_closed`: a reopen or a merge whose
+delivery was lost is found). Each is asked with the ETag of its previous answer, so an
+unchanged pull request is a 304 that costs no rate limit. A state found is
 assigned exactly as a webhook would assign it: the same idempotent transition, a
 `github_event` event with `source: resync`, the watermark advanced. A rate limit or a
 GitHub failure stops the sweep for this tick and moves the next attempt out; it never
@@ -26,8 +29,8 @@ from steward.adapters.task_store import TaskStore
 from steward.domain import resync
 from steward.domain.errors import LifecycleError
 from steward.domain.installations import Installation
-from steward.domain.models import Task, TaskStatus, iso
-from steward.domain.webhooks import refresh_change, sync_from_map, target_status
+from steward.domain.models import ItemStatus, Plan, PlanStatus, Task, TaskStatus, iso
+from steward.domain.webhooks import Reopened, refresh_change, reopened, sync_from_map, target_status
 from steward.services.installations import sync_installation
 
 logger = logging.getLogger(__name__)
@@ -73,10 +76,12 @@ class Resync:
 
     def revived(self, sweep: Sweep, previous_task_id: str, *, now: datetime) -> bool | None:
         """Before a retry of `previous_task_id`: True when its branch has a pull request
-        (the task was moved to that pull request's state: do not retry), False when it has
-        none (retry), None when GitHub could not be asked this tick (wait)."""
+        that moves it (a failed task's runtime opened one; a closed task's was reopened, or
+        merged after all; a withdrawn task's reopened one is to be closed again first): do
+        not retry now. False when there is none, or it stays closed (retry); None when
+        GitHub could not be asked this tick (wait)."""
         task = self.tasks.get(previous_task_id)
-        if task is None or task.status is not TaskStatus.FAILED:
+        if task is None or task.status not in (TaskStatus.FAILED, TaskStatus.CLOSED):
             return False
         observation = self._observe(sweep, task, etag=None, now=now)
         if observation is None:
@@ -85,11 +90,30 @@ class Resync:
             return False
         return self._assign(sweep, task, observation, now=now)
 
-    def sweep_review(self, sweep: Sweep, user: str, live: list[Task], *, now: datetime) -> None:
+    def recently_closed(self, plans: list[Plan], *, now: datetime) -> list[Task]:
+        """The tasks whose pull request a person closed within the window
+        (`domain.resync.watched_closed`), found from what the plans' items say (no request
+        when no item of a plan changed within the window is closed), then read."""
+        since = now - self.policy.closed_window
+        ids = [
+            item.task_id
+            for plan in plans
+            if plan.status is not PlanStatus.ARCHIVED and plan.updated_at > since
+            for item in plan.items
+            if item.status is ItemStatus.CLOSED and item.task_id and not item.removed
+        ]
+        found = (self.tasks.get(task_id) for task_id in ids)
+        return [t for t in found if t is not None and resync.watched_closed(t, now, self.policy)]
+
+    def sweep_review(
+        self, sweep: Sweep, user: str, live: list[Task], *, now: datetime, closed: list[Task] | None = None
+    ) -> None:
         """Re-read installations whose deliveries disagreed, then observe the review tasks
-        that fall due, oldest observation first, within budget."""
+        that fall due, then the `closed` ones still watched, oldest observation first,
+        within budget."""
         self._refresh_disputed(sweep, user, now=now)
-        for task in resync.due(live, now, self.policy, budget=sweep.budget - sweep.calls):
+        observed = [*live, *(closed or ())]
+        for task in resync.due(observed, now, self.policy, budget=sweep.budget - sweep.calls):
             if not sweep.open:
                 return
             observation = self._observe(sweep, task, etag=task.github_etag, now=now)
@@ -101,10 +125,11 @@ class Resync:
                 self.tasks.record_observation(task, now=now, etag=observation.etag)
 
     def next_due(self, sweep: Sweep, live: list[Task], *, now: datetime) -> datetime | None:
-        """When the loop must tick again for resync (the user's `due_at`)."""
+        """When the loop must tick again for resync (the user's `due_at`); `live` with the
+        closed tasks still watched."""
         if sweep.failed_at is not None:
             return sweep.failed_at + BACKOFF_AFTER_FAILURE
-        upcoming = resync.next_due([t for t in live if t.id not in sweep.moved], self.policy)
+        upcoming = resync.next_due([t for t in live if t.id not in sweep.moved], self.policy, now)
         if upcoming is not None and upcoming <= now:  # more fell due than the budget allowed
             return now
         return upcoming
@@ -170,6 +195,14 @@ class Resync:
         seen = {"github_observed_at": iso(now), "pr_url": pull.url, "pr_number": pull.number}
         if observation.etag:
             seen["github_etag"] = observation.etag
+        if reopened(task, target, action=None) is Reopened.CLOSE_AGAIN:
+            data = {"source": "resync", "number": pull.number, "url": pull.url, "merged": pull.merged}
+            again = self.tasks.close_again(task, data, now=now)
+            logger.info(
+                "resync: a withdrawn task's pull request is open; the loop closes it again",
+                extra={"task_id": task.id},
+            )
+            return again
         try:
             moved, changed = self.tasks.transition(
                 task,

@@ -1,4 +1,4 @@
-"""The runtime's writes (DESIGN section 6): claim, heartbeat, progress events, finish and
+"""The runtime's writes (README: "The runner"): claim, heartbeat, progress events, finish and
 artifact uploads, each authorized by the runtime's capability.
 
 The capability names the task and its owner; no request body does. A body carries the
@@ -25,7 +25,9 @@ allowed in any status once the task is this runtime's: a cancelled or reaped run
 leaves its record (`harness.json`, `diff.patch`), as the task's own attempt; an upload
 never writes the task. The runtime's finish is the runner's only terminal transition: to
 `review` with its pull request, or `failed` with a classification; every other target is
-refused at the boundary (`Ending`). Event data, reasons and summaries are redacted here
+refused at the boundary (`Ending`). A review ending's pull request is checked on GitHub
+(it must exist in the task's repository with the task's branch as its head) and its link
+is the server's own (`RuntimeService`): a capability holder cannot point it elsewhere. Event data, reasons and summaries are redacted here
 too, whatever the runtime did.
 """
 
@@ -33,20 +35,33 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
-from steward.adapters.artifact_store import ArtifactStore
-from steward.adapters.task_store import TaskStore
 from steward.domain.artifacts import MAX_ARTIFACT_BYTES, RUNTIME_ARTIFACTS, artifact_key
 from steward.domain.capability import Capability
-from steward.domain.errors import BadRequest, Forbidden, LifecycleError, NotFound, TooLarge, Unauthorized
-from steward.domain.models import Classification, Task, TaskStatus, iso, utcnow
-from steward.domain.redaction import Redactor
+from steward.domain.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    LifecycleError,
+    NotFound,
+    TooLarge,
+    Unauthorized,
+)
+from steward.domain.models import Classification, Fault, Task, TaskStatus, iso, utcnow
+
+# githubkit is imported by the App only when a review ending is checked, and the stores by
+# `steward.wiring` with the first call's service: the runtime routes' cold import holds
+# neither (tests/unit/test_cold_imports.py).
+if TYPE_CHECKING:
+    from steward.adapters.artifact_store import ArtifactStore
+    from steward.adapters.github import PullRef
+    from steward.adapters.installation_store import InstallationStore
+    from steward.adapters.task_store import TaskStore
 
 # How long a runtime's task stays running without a heartbeat before the reaper fails it.
 # The runner beats every STEWARD_RUNNER_HEARTBEAT_SECONDS (at most 60), so this covers three
@@ -60,6 +75,8 @@ MAX_REASON_CHARS = 1000
 MAX_SUMMARY_CHARS = 2000
 AFTER_PULL_REQUEST = frozenset({TaskStatus.REVIEW, TaskStatus.MERGED, TaskStatus.CLOSED})
 CLAIMABLE = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})
+RECORDS_A_PULL_REQUEST = AFTER_PULL_REQUEST | {TaskStatus.RUNNING}  # a review ending is written
+MAX_PULL_NUMBER = 2**31 - 1  # GitHub's numbers are 32-bit; a larger one names no pull request
 
 RuntimeId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
@@ -88,14 +105,34 @@ class Ending(RuntimeCall):
     classification: Classification | None = None
     reason: Annotated[str, StringConstraints(max_length=MAX_REASON_CHARS)] | None = None
     pr_url: Annotated[str, StringConstraints(max_length=2048)] | None = None
-    pr_number: int | None = Field(default=None, ge=1)
+    # The link a task shows is built by the server (`RuntimeService.finish`); a `pr_url`
+    # given must be that link.
+    pr_number: StrictInt | None = Field(default=None, ge=1, le=MAX_PULL_NUMBER)
     summary: Annotated[str, StringConstraints(max_length=MAX_SUMMARY_CHARS)] = ""
     artifacts_not_written: list[str] = Field(default_factory=list, max_length=len(RUNTIME_ARTIFACTS))
+    # A failure that is Steward's own fault (the runtime routes count it for an alarm).
+    fault: Fault | None = None
+
+
+class PullChecker(Protocol):
+    """The part of the GitHub App a review ending is checked with
+    (`steward.adapters.github.GitHubApp`)."""
+
+    def pull_url(self, repo: str, number: int) -> str: ...
+
+    def branch_pull(self, installation_id: int, repo: str, number: int, branch: str) -> PullRef | None: ...
 
 
 class RuntimeService:
     """What the `/v1/runtime/*` routes after the ticket exchange do; each method takes the
-    verified capability of the caller."""
+    verified capability of the caller.
+
+    A review ending names its pull request by number only as far as the server is
+    concerned: the pull request must exist in the task's repository with the task's branch
+    as its head (asked of GitHub through the owner's installation that holds the
+    repository), and the link recorded is built from this deployment's GitHub, the task's
+    repository and that number. Without `github` (no App configured) no review ending is
+    accepted."""
 
     def __init__(
         self,
@@ -105,12 +142,20 @@ class RuntimeService:
         clock: Callable[[], datetime] = utcnow,
         grace: timedelta = RUNNING_GRACE,
         upload_seconds: int = UPLOAD_SECONDS,
+        github: Callable[[], PullChecker] | None = None,  # built on first use: the App is heavy
+        installations: InstallationStore | None = None,
     ) -> None:
         self.tasks = tasks
         self.artifacts = artifacts
+        self.github = github
+        self.installations = installations
         self.clock = clock
         self.grace = grace
         self.upload_seconds = upload_seconds
+        # Imported with the service, not the routes' module: compiling its rules is a good part
+        # of a cold import (tests/unit/test_cold_imports.py).
+        from steward.domain.redaction import Redactor  # noqa: PLC0415
+
         self._redactor = Redactor()  # the shapes of every credential; the runtime redacted its own
 
     # ---- claim and liveness
@@ -166,6 +211,8 @@ class RuntimeService:
         if task.runtime_id != ending.runtime_id or task.finished_by == ending.runtime_id:
             # Not this runtime's to write, or its ending is recorded already (a replay).
             return {"status": task.status.value, "changed": False}
+        if target is TaskStatus.REVIEW and task.status in RECORDS_A_PULL_REQUEST:
+            self._check_pull(task, data["pr_number"])  # only for an ending that will be recorded
         finished = {"finished_by": ending.runtime_id}
         if target is TaskStatus.REVIEW and task.status in AFTER_PULL_REQUEST:
             # Moved on meanwhile (a status with no more records): the ending stays unrecorded.
@@ -183,7 +230,7 @@ class RuntimeService:
             return {"status": task.status.value, "changed": False}  # cancelled or reaped meanwhile
         extra: dict[str, Any] = dict(finished)
         if target is TaskStatus.REVIEW:
-            extra |= {"pr_url": ending.pr_url, "pr_number": ending.pr_number}
+            extra |= {"pr_url": data["pr_url"], "pr_number": data["pr_number"]}
         try:
             done, changed = self.tasks.transition(
                 task,
@@ -229,6 +276,30 @@ class RuntimeService:
         }
 
     # ---- helpers
+    def _github(self) -> PullChecker:
+        if self.github is None:
+            raise Conflict("no GitHub App is configured: a pull request cannot be checked", field="pr_number")
+        return self.github()
+
+    def _check_pull(self, task: Task, number: int) -> None:
+        """Pull request `number` exists in the task's repository with the task's branch as
+        its head, as GitHub says through the owner's installation holding the repository."""
+        holders = sorted(
+            i.installation_id
+            for i in (self.installations.for_owner(task.user) if self.installations is not None else ())
+            if i.holds(task.repo)
+        )
+        if not holders:
+            raise Conflict(
+                f"no live installation of the task's owner holds {task.repo}: its pull request cannot be checked",
+                field="pr_number",
+            )
+        if self._github().branch_pull(holders[0], task.repo, number, task.branch) is None:
+            raise BadRequest(
+                f"pr_number: {task.repo} has no pull request {number} from the task's branch {task.branch}",
+                field="pr_number",
+            )
+
     def _task(self, capability: Capability) -> Task:
         task = self.tasks.get(capability.task_id)
         if task is None:
@@ -237,11 +308,21 @@ class RuntimeService:
             raise Forbidden("the capability's task belongs to another user")
         return task
 
+    def admit_output(self, capability: Capability) -> None:
+        """Refuse live command output (the local stack's stream hub, which knows no runtime
+        id) as an event is refused: its task must be the capability's owner's and still
+        recording, never after a failure, a cancellation or a reaping."""
+        self._still_recording(self._task(capability))
+
     @staticmethod
     def _recording(task: Task, runtime_id: str) -> None:
         """Refuse a record (an event) once the task is not this runtime's to record on."""
         if task.runtime_id != runtime_id:
             raise LifecycleError("the task is not this runtime's", field="runtime_id")
+        RuntimeService._still_recording(task)
+
+    @staticmethod
+    def _still_recording(task: Task) -> None:
         if task.status is not TaskStatus.RUNNING and task.status not in AFTER_PULL_REQUEST:
             raise LifecycleError(
                 f"the task is {task.status.value}; its runtime records nothing more", field="status"
@@ -257,15 +338,18 @@ class RuntimeService:
         if target is TaskStatus.REVIEW:
             if ending.classification is not None or ending.reason is not None:
                 raise BadRequest("classification: a review ending has none", field="classification")
-            if ending.pr_url is None or ending.pr_number is None:
-                raise BadRequest("pr_url: a review ending names its pull request", field="pr_url")
-            if not _is_pull_url(ending.pr_url, task.repo, ending.pr_number):
+            if ending.pr_number is None:
+                raise BadRequest("pr_number: a review ending names its pull request", field="pr_number")
+            if ending.fault is not None:
+                raise BadRequest("fault: a review ending has none", field="fault")
+            link = self._github().pull_url(task.repo, ending.pr_number)
+            if ending.pr_url is not None and ending.pr_url.lower() != link.lower():
                 raise BadRequest(
-                    f"pr_url: not the URL of pull request {ending.pr_number} of {task.repo}", field="pr_url"
+                    f"pr_url: not the link of pull request {ending.pr_number}: {link}", field="pr_url"
                 )
             data |= {
                 "outcome": "published",
-                "pr_url": ending.pr_url,
+                "pr_url": link,
                 "pr_number": ending.pr_number,
                 "summary": ending.summary,
             }
@@ -283,6 +367,8 @@ class RuntimeService:
                 "classification": ending.classification.value,
                 "reason": ending.reason,
             }
+            if ending.fault is not None:
+                data["fault"] = ending.fault.value
         if ending.artifacts_not_written:
             data["artifacts_not_written"] = sorted(set(ending.artifacts_not_written))
         return data
@@ -290,9 +376,3 @@ class RuntimeService:
     def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
         cleaned: dict[str, Any] = self._redactor.clean(data)
         return cleaned
-
-
-def _is_pull_url(url: str, repo: str, number: int) -> bool:
-    """`url` is http(s) and its path ends in `/{repo}/pull/{number}` (GitHub's html_url)."""
-    match = re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)", url)
-    return match is not None and match.group(1).lower().endswith(f"/{repo.lower()}/pull/{number}")

@@ -1,4 +1,4 @@
-"""The GitHub webhook receiver (DESIGN section 7): verify, parse, record, act. The rules it
+"""The GitHub webhook receiver (README: "GitHub"): verify, parse, record, act. The rules it
 applies (signature, payload reading, correlation, the installation merge) are pure and live
 in `steward.domain.webhooks`; this module orders them and talks to the stores.
 
@@ -29,8 +29,11 @@ Order, chosen so that input that cannot be processed stores nothing and costs no
 
 Pull requests: the target status is assigned through `TaskStore.transition`, which is a
 no-op when the task already has it; a transition the lifecycle forbids (anything after
-merged, review after closed) is a logged no-op. States therefore never move backwards, and
-a `failed` task moves to review or merged on a verified event.
+merged) is a logged no-op. States therefore never move backwards, except that a person's
+reopen (`reopened`) brings a closed task back to review (`domain.webhooks.reopened`; a late
+`opened` does not), and a `failed` task moves to review or merged on a verified event. A
+task Steward withdrew stays closed when its pull request is reopened: it is marked for the
+loop to close it again (`TaskStore.close_again`).
 
 Installations: each event is merged into the installation's stored merge state
 (`domain.webhooks.merge`, order-independent) under an optimistic version check, and the
@@ -51,11 +54,12 @@ from steward.adapters.dynamo import IncludedWriteRefused
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import BadRequest, LifecycleError, Unauthorized
-from steward.domain.models import utcnow
+from steward.domain.models import Task, utcnow
 from steward.domain.webhooks import (
     HANDLED,
     InstallationChange,
     PullRequestFacts,
+    Reopened,
     WebhookOutcome,
     WebhookSecret,
     branch_problem,
@@ -66,6 +70,7 @@ from steward.domain.webhooks import (
     installation_change,
     load_payload,
     pull_request_facts,
+    reopened,
     signature_matches,
 )
 from steward.services.installations import sync_installation
@@ -177,19 +182,23 @@ class WebhookReceiver:
         problem = correlation_problem(facts, task, installation)
         if problem or task is None:
             return self._ignored(problem or "no task owns this branch", context)
+        event = {
+            "action": facts.action,
+            "number": facts.number,
+            "url": facts.url,
+            "merged": facts.merged,
+            "delivery": context["delivery"],
+        }
+        back = reopened(task, facts.target, action=facts.action)
+        if back in (Reopened.STALE, Reopened.CLOSE_AGAIN):
+            return self._not_reopened(back, task, event, now, mark)
         try:
             moved, changed = self.tasks.transition(
                 task,
                 facts.target,
                 now=now,
                 event="github_event",
-                data={
-                    "action": facts.action,
-                    "number": facts.number,
-                    "url": facts.url,
-                    "merged": facts.merged,
-                    "delivery": context["delivery"],
-                },
+                data=event,
                 extra={"pr_url": facts.url, "pr_number": facts.number},
                 lifecycle_event=True,
                 include=[mark],
@@ -201,6 +210,21 @@ class WebhookReceiver:
             return WebhookOutcome("unchanged", f"the task is already {moved.status.value}")
         self.tasks.project_item(moved, now=now)
         logger.info("webhook moved task to %s", moved.status.value, extra={**context, "task_id": task.id})
+        return WebhookOutcome("applied")
+
+    def _not_reopened(
+        self, back: Reopened, task: Task, event: Mapping[str, Any], now: datetime, mark: Mapping[str, Any]
+    ) -> WebhookOutcome:
+        """A closed task's pull request is open, and the task stays closed: a late `opened`
+        changes nothing; a withdrawn task's pull request is marked to be closed again."""
+        if back is Reopened.STALE:
+            return WebhookOutcome("unchanged", "a closed pull request comes back only by its reopen")
+        if not self.tasks.close_again(task, event, now=now, include=[mark]):
+            return WebhookOutcome("unchanged", "its pull request is being closed again already")
+        logger.info(
+            "webhook: a withdrawn task's pull request was reopened; the loop closes it again",
+            extra={"task_id": task.id},
+        )
         return WebhookOutcome("applied")
 
     def _installation(
