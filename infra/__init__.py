@@ -1,1 +1,1 @@
-"""The CDK app: one Stack composing one Construct per capability (DESIGN section 2)."""
+"""The CDK app: one Stack composing one Construct per capability (README: "Architecture")."""

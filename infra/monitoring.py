@@ -27,6 +27,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "reaper": ("TasksReaped", "ReservationsExpired", "SpendBrakeEngaged", "SpendLastHourUsd"),
     "webhook": tuple(f"Delivery_{s}" for s in get_args(Status)),
     "api": tuple(f"Refused{s}" for s in (400, 401, 403, 404, 409, 413, 429, 500)),
+    "runtime": ("RunnerRequestRefused",),
 }
 
 
@@ -107,6 +108,13 @@ class Monitoring(Construct):
             steward_metric("relay", "ProviderOverReport"),
             1,
             "a provider reported more usage than the relay reserved",
+        )
+        alarm(
+            "RunnerRequestRefused",
+            steward_metric("runtime", "RunnerRequestRefused"),
+            1,
+            "the relay refused (400) a request of Steward's own runner: a Steward defect, the task "
+            "ended retryable; its harness.json holds the refused request",
         )
 
         widgets: list[cloudwatch.IWidget] = []

@@ -10,11 +10,13 @@ from aws_cdk import Acknowledgment, CfnOutput, CfnParameter, Duration, Stack, Va
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
+from steward.adapters.price_file import load_price_table
 from steward.config import Function
+from steward.domain.prices import PriceTable
 from steward.tables import CONTROLS
 
 from infra.api import Api
-from infra.functions import ROOT, TIMEOUTS, StewardFunction, build_layers
+from infra.functions import TIMEOUTS, StewardFunction, build_layers
 from infra.loop import TICK_SECONDS, HeartbeatQueue, Loop
 from infra.monitoring import Monitoring
 from infra.permissions import QUERY, TABLE_ACCESS
@@ -23,19 +25,49 @@ from infra.runner import CONTAINER, Runner
 from infra.storage import Storage
 from infra.webhook import Webhook
 
-PRICES = ROOT / "layers" / "steward" / "python" / "steward" / "data" / "prices.json"
+# Lambda holds at most 4 KiB of environment per function, every variable together.
+PRICE_TABLE_MAX_BYTES = 2048
 
 
-def priced_bedrock_models() -> list[str]:
-    models = json.loads(PRICES.read_text())["models"]
-    return sorted(m for m, entry in models.items() if entry.get("provider") == "bedrock")
+def price_table_setting(value: object) -> str | None:
+    """STEWARD_PRICE_TABLE for the functions from the `priceTable` context: a JSON object
+    (cdk.json), its JSON text, or the path of a JSON file, in the packaged table's shape
+    (`steward.domain.prices`). The functions get the JSON itself: they have no file of the
+    deployer's to read. Checked at synth: a table the relay would refuse fails here, named."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dict):
+        text = json.dumps(value)
+    elif isinstance(value, str) and value.strip().startswith("{"):
+        text = value
+    elif isinstance(value, str):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"context priceTable: cannot read {value} ({exc.strerror})") from None
+    else:
+        raise ValueError("context priceTable: a JSON object, its text, or a JSON file's path")
+    try:
+        load_price_table(text.strip())
+        compact = json.dumps(json.loads(text), separators=(",", ":"))
+    except ValueError as exc:
+        raise ValueError(f"context priceTable: {exc}") from None
+    if len(compact.encode()) > PRICE_TABLE_MAX_BYTES:
+        raise ValueError(
+            f"context priceTable: {len(compact.encode())} bytes of JSON, more than the "
+            f"{PRICE_TABLE_MAX_BYTES} a Lambda environment has room for: keep only your own entries"
+        )
+    return compact
 
 
-def provider_key_secrets() -> list[str]:
-    """Secrets Manager ids the packaged price table names for provider keys (none today:
-    its entries name environment variables, and only Bedrock is priced for AWS)."""
-    models = json.loads(PRICES.read_text())["models"]
-    return sorted({e["api_key_secret_id"] for e in models.values() if e.get("api_key_secret_id")})
+def priced_bedrock_models(table: PriceTable) -> list[str]:
+    """The Bedrock model ids the relay may invoke: every Bedrock entry of the table."""
+    return sorted({e.provider_model_for(m) for m, e in table.models.items() if e.provider == "bedrock"})
+
+
+def provider_key_secrets(table: PriceTable) -> list[str]:
+    """Secrets Manager ids the table names for OpenAI-compatible providers' keys."""
+    return sorted({e.api_key_secret for e in table.models.values() if e.api_key_secret})
 
 
 class StewardStack(Stack):
@@ -90,6 +122,10 @@ class StewardStack(Stack):
             "STEWARD_API_URL": api.url,
             **api.console_settings,
         }
+        prices = price_table_setting(ctx("priceTable"))
+        if prices is not None:
+            env["STEWARD_PRICE_TABLE"] = prices
+        self.prices = load_price_table(prices)
         for name, value in (
             ("STEWARD_DEFAULT_MODEL", ctx("defaultModel")),
             ("STEWARD_MAX_BUDGET_USD", ctx("maxBudgetUsd")),
@@ -182,7 +218,7 @@ class StewardStack(Stack):
         self.functions["relay"].role.add_to_policy(
             iam.PolicyStatement(actions=["kms:GetPublicKey"], resources=[key.key_arn])
         )
-        models = priced_bedrock_models()
+        models = priced_bedrock_models(self.prices)
         if models:
             self.functions["relay"].role.add_to_policy(
                 iam.PolicyStatement(
@@ -198,7 +234,7 @@ class StewardStack(Stack):
                     ],
                 )
             )
-        secrets = provider_key_secrets()
+        secrets = provider_key_secrets(self.prices)
         if secrets:
             self.functions["relay"].role.add_to_policy(
                 iam.PolicyStatement(
@@ -209,6 +245,15 @@ class StewardStack(Stack):
                     ],
                 )
             )
+            for secret in secrets:  # the deployer's own price table names them
+                Validations.of(self.functions["relay"].role).acknowledge(
+                    Acknowledgment(
+                        id="AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:"
+                        f"<AWS::Region>:<AWS::AccountId>:secret/{secret}-*]",
+                        reason="Secrets Manager appends six random characters to a secret's name: "
+                        "its ARN needs the wildcard; the name is the price table's api_key_secret.",
+                    )
+                )
         # Runtime routes: mint (sign) and verify capabilities, presigned artifact uploads
         # and reads, the App's key for installation tokens.
         runtime = self.functions["runtime"].role
@@ -383,8 +428,8 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
     (
         "Relay/RestApi",
         "AwsSolutions-APIG2",
-        "The relay validates every request itself (capability, size, Unicode, screened body: DESIGN "
-        "section 5); a gateway model would duplicate it for OpenAI-, Anthropic- and Bedrock-shaped bodies.",
+        "The relay validates every request itself (capability, size, Unicode, screened body: README "
+        '"The relay"); a gateway model would duplicate it for OpenAI-, Anthropic- and Bedrock-shaped bodies.',
     ),
     (
         "Relay/RestApi",

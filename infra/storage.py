@@ -81,7 +81,7 @@ class Storage(Construct):
             ],
             removal_policy=removal,
         )
-        # Capabilities are ES256 (DESIGN section 3): KMS signs, every verifier holds only the
+        # Capabilities are ES256 (README: "Lifecycles"): KMS signs, every verifier holds only the
         # public half. Asymmetric keys cannot rotate automatically: rotation is a new key id
         # listed first in STEWARD_CAPABILITY_KEY_ID.
         self.capability_key = kms.Key(

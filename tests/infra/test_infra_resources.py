@@ -1,4 +1,4 @@
-"""Each resource family of the stack is present and configured as DESIGN section 2 says."""
+"""Each resource family of the stack is present and configured as README: "Architecture" says."""
 
 from __future__ import annotations
 
@@ -308,3 +308,105 @@ def test_context_oidc_issuer_replaces_the_user_pool_the_console_follows_it_and_d
     for table in of_type(resources, "AWS::DynamoDB::Table").values():
         assert table["Properties"]["DeletionProtectionEnabled"] is False
         assert table["DeletionPolicy"] == "Delete"
+
+
+OWN_PRICES = {
+    "version": "mine-1",
+    "models": {
+        "my-ollama/coder": {
+            "provider": "openai",
+            "provider_model": "coder-7b",
+            "base_url": "https://llm.example.com/v1",
+            "api_key_secret": "my-llm-key",
+            "input_per_mtok": 3,
+            "output_per_mtok": 15,
+            "max_output_tokens": 4096,
+        },
+        "amazon.nova-pro-v1:0": {
+            "provider": "bedrock",
+            "input_per_mtok": 0.8,
+            "output_per_mtok": 3.2,
+            "max_output_tokens": 5000,
+        },
+    },
+}
+
+
+def test_context_price_table_reaches_the_functions_that_read_it_and_the_relays_grants(
+    fake_layers: Path, tmp_path_factory: pytest.TempPathFactory, resources: dict[str, Any]
+) -> None:
+    from aws_cdk import App  # noqa: PLC0415 - jsii was started by the conftest
+    from aws_cdk.assertions import Template  # noqa: PLC0415
+
+    from infra.app import build  # noqa: PLC0415
+
+    def env(of: dict[str, Any], function: str) -> dict[str, Any]:
+        return dict(of[function_id(of, function)]["Properties"]["Environment"]["Variables"])
+
+    for function in ("relay", "runtime", "api"):  # without the context: the packaged table only
+        assert "STEWARD_PRICE_TABLE" not in env(resources, function)
+    context = json.loads((ROOT / "cdk.json").read_text())["context"] | {"priceTable": OWN_PRICES}
+    app = App(outdir=str(tmp_path_factory.mktemp("cdk.out-prices")), context=context)
+    priced = Template.from_stack(build(app, fake_layers)).to_json()["Resources"]
+    for function in ("relay", "runtime", "api"):
+        assert json.loads(env(priced, function)["STEWARD_PRICE_TABLE"]) == OWN_PRICES, function
+        # Lambda's whole environment of a function fits in 4 KiB.
+        assert len(json.dumps(env(priced, function), separators=(",", ":")).encode()) < 4096, function
+    for function in ("scheduler", "heartbeat", "reaper", "webhook"):
+        assert "STEWARD_PRICE_TABLE" not in env(priced, function)
+    statements = statements_of_role(
+        priced, str(priced[function_id(priced, "relay")]["Properties"]["Role"]["Fn::GetAtt"][0])
+    )
+    text = json.dumps(statements)
+    assert "foundation-model/amazon.nova-pro-v1:0" in text  # a Bedrock model of one's own
+    assert "secretsmanager:GetSecretValue" in text
+    assert "my-llm-key-*" in text
+
+
+# (the priceTable context, what the synth's error names)
+BAD_PRICE_CONTEXTS: list[tuple[object, str]] = [
+    ("{not json", "not valid JSON"),
+    ({"version": "x"}, "models"),
+    ({"version": "x", "models": {"m": {"provider": "openai", "input_per_mtok": 1}}}, "models.m"),
+    (
+        {
+            "version": "x",
+            "models": {
+                "m": {"provider": "openai", "input_per_mtok": 1, "output_per_mtok": 1, "max_output_tokens": 8}
+            },
+        },
+        "base_url",
+    ),
+    (
+        {
+            "version": "x",
+            "models": {
+                "m": {
+                    "provider": "scripted",
+                    "provider_model": "rm -rf",
+                    "input_per_mtok": 1,
+                    "output_per_mtok": 1,
+                    "max_output_tokens": 8,
+                }
+            },
+        },
+        "unknown scripted policy",
+    ),
+    ("/nonexistent/prices.json", "cannot read"),
+    (["a", "list"], "a JSON object"),
+    (
+        {"version": "x", "models": {f"m{i}": OWN_PRICES["models"]["my-ollama/coder"] for i in range(20)}},
+        "bytes",
+    ),
+]
+
+
+def test_a_context_price_table_that_cannot_work_fails_the_synth_naming_it() -> None:
+    from infra.stack import price_table_setting  # noqa: PLC0415 - imports aws_cdk
+
+    for value, words in BAD_PRICE_CONTEXTS:
+        with pytest.raises(ValueError, match=r"^context priceTable: ") as refused:
+            price_table_setting(value)
+        assert words in str(refused.value), (value, str(refused.value))
+    assert price_table_setting(None) is None
+    assert json.loads(price_table_setting(json.dumps(OWN_PRICES)) or "") == OWN_PRICES

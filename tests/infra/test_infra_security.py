@@ -214,6 +214,21 @@ def test_dashboard_shows_every_metric_the_handlers_emit(resources: dict[str, Any
     assert sum("raised" in a for a in alarms) == len(FUNCTIONS)
 
 
+def test_a_request_the_relay_refused_to_the_runner_raises_an_alarm(resources: dict[str, Any]) -> None:
+    from steward.runtime_handler import REFUSED_METRIC  # noqa: PLC0415 - only this test needs the handler
+
+    assert REFUSED_METRIC in METRICS["runtime"]  # on the dashboard under the name the handler emits
+    (alarm,) = [
+        a["Properties"]
+        for a in of_type(resources, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("MetricName") == REFUSED_METRIC
+    ]
+    assert alarm["Namespace"] == "Steward"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "runtime"}]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert "harness.json" in alarm["AlarmDescription"]
+
+
 def test_cfn_lint_finds_nothing(template_file: Path) -> None:
     """The synthesized template is clean (W3005: CDK's own DependsOn, see the Makefile).
     cdk-nag ran already: an unacknowledged finding fails the session's synth."""

@@ -12,8 +12,11 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +27,14 @@ from steward import wiring
 from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
 from steward.domain.models import Task
 from steward.local.launcher import LocalLauncher
+from steward.local.openai_server import OpenAIServer, chat_response
 from steward.local.sample_repo import SAMPLE_REPO
 from steward.local.stack import LocalStack
 
 from tests.support.stack import local_stack
 
 CHECK = "python -m pytest -q"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WAIT = 120.0
 VERIFY = {"tool": "run_verification", "input": {"command": CHECK}}
 SUBTRACT = {
@@ -97,15 +102,51 @@ PLAYS = [
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer) -> Iterator[LocalStack]:
     root = tmp_path_factory.mktemp("runner-stack")
     runner = {
         "STEWARD_RUNNER_MAX_REPAIR_ROUNDS": "1",
         "STEWARD_RUNNER_MAX_INVALID_CALLS": "4",
     }
-    with local_stack(root, PLAYS, runner) as stack:
+    # The plays of the example of a plan of one's own too (its items match none of these).
+    example = json.loads((EXAMPLES / "own-playbook.json").read_text())["plays"]
+    # A model of one's own: an OpenAI-compatible endpoint on loopback (as a local Ollama
+    # would be), priced by a price table of one's own, as the README shows.
+    prices = root / "my-prices.json"
+    prices.write_text(json.dumps(own_price_table(openai_server.base_url)))
+    with local_stack(root, [*PLAYS, *example], runner | {"STEWARD_PRICE_TABLE": str(prices)}) as stack:
         RUNTIME_LOGS.append(stack.state_dir / "runs")
         yield stack
+
+
+OWN_MODEL = "my-ollama/coder"
+OWN_USAGE = {"prompt_tokens": 500, "completion_tokens": 100}  # what the endpoint reports per call
+
+
+def own_price_table(base_url: str) -> dict[str, Any]:
+    """The README's example of STEWARD_PRICE_TABLE: one OpenAI-compatible entry, its prices
+    per million tokens (USD) of one's own."""
+    return {
+        "version": "mine-1",
+        "models": {
+            OWN_MODEL: {
+                "provider": "openai",
+                "provider_model": "coder-7b",
+                "base_url": base_url,
+                "api_key_env": None,
+                "input_per_mtok": "3.00",
+                "output_per_mtok": "15.00",
+                "max_output_tokens": 4096,  # at least what the runner asks for per call
+            }
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def openai_server() -> Iterator[OpenAIServer]:
+    """Stands in for Ollama: a model that looks at the task and changes nothing."""
+    with OpenAIServer(lambda call: chat_response(content="I would change nothing.", **OWN_USAGE)) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -261,30 +302,19 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
 
 
 def test_a_run_whose_title_carries_a_github_token_completes_through_the_relay(
-    alice: Alice, artifacts: ArtifactStore, monkeypatch: pytest.MonkeyPatch
+    alice: Alice, artifacts: ArtifactStore
 ) -> None:
-    """The relay refuses a body carrying a GitHub token; the runner redacts the task's own text
-    (and every tool result) before the model sees it, so none of its calls is refused and the
-    provider never sees the token. (The stack's relay runs in this process: the scripted
-    provider's requests are watched here.)"""
-    from steward.adapters.providers.scripted import ScriptedProvider  # noqa: PLC0415
-    from steward.domain.converse import wire  # noqa: PLC0415
-
-    seen: list[str] = []
-    original = ScriptedProvider.converse
-
-    def watched(self: ScriptedProvider, request: Any, *, max_tokens: int) -> Any:
-        seen.append(json.dumps(wire(request)))
-        return original(self, request, max_tokens=max_tokens)
-
-    monkeypatch.setattr(ScriptedProvider, "converse", watched)
+    """The relay refuses a body carrying a GitHub token (a refused call ends the run); the
+    runner redacts the task's own text (and every tool result) before the model sees it, so
+    none of its calls is refused and the provider never sees the token. (The stack's relay
+    runs in a process of its own: its screen, which every body passes before the provider,
+    is the witness.)"""
     token = "ghs_" + "T0k3nInT1tle" * 3
     (task_id,) = start(alice, "run-token-title", f"PLAY-token-in-title: add subtract, rotating {token}")
     task = settled(alice, task_id)
     assert task["status"] == "review", task["reason"]
-    mine = [request for request in seen if "PLAY-token-in-title" in request]
-    assert len(mine) >= 4  # edit, end of edit, verify, summary: every call admitted
-    assert not [request for request in mine if token in request]
+    turns = [entry for entry in harness(artifacts, task_id) if entry["kind"] == "turn"]
+    assert len(turns) >= 4  # edit, end of edit, verify, summary: every call admitted
     assert_no_credentials(artifacts, task_id)
 
 
@@ -363,7 +393,10 @@ def test_a_spent_budget_ends_the_run_as_a_budget_failure_with_the_work_kept(
     (task_id,) = start(alice, "run-spender", "PLAY-spender: add subtract", budget="0.02")
     task = settled(alice, task_id)
     assert (task["status"], task["classification"]) == ("failed", "final")
-    assert "budget" in task["reason"]
+    # Spent, or what is left pays for no call the runner can make: then the relay's figures.
+    assert task["reason"] == "the task's budget is spent (relay 402)" or task["reason"].startswith(
+        "the task's budget cannot pay for its next model call: this call may cost up to $"
+    ), task["reason"]
     assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
     assert float(task["cost_usd"]) <= 0.02
 
@@ -415,3 +448,147 @@ def test_a_runtime_with_an_unknown_or_used_ticket_exits_without_side_effects(
     assert "used-or-unknown-ticket-value" not in done.stderr
     assert alice("GET", f"/v1/tasks/{task_id}") == before
     assert events(alice, task_id) == seen
+
+
+def test_an_item_no_play_matches_fails_final_at_its_first_model_call_saying_what_to_do(
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore
+) -> None:
+    # A person's own item on the local stack: the scripted model has no play for it.
+    (task_id,) = start(alice, "run-no-play", "Rename `add` to `plus` everywhere")
+    task = settled(alice, task_id)
+    assert (task["status"], task["classification"]) == ("failed", "final"), task["reason"]
+    reason = task["reason"]
+    assert reason.startswith("the model cannot do this task: the scripted model has no play for this task")
+    assert "playbook.json" in reason  # the playbook the stack plays, by its file name
+    assert "STEWARD_SCRIPTED_PLAYBOOK" in reason
+    assert "set the plan's model to a real one (README: Playbooks)" in reason
+    assert float(task["cost_usd"]) == 0  # the refused call was released, not charged
+    entries = harness(artifacts, task_id)
+    assert [e for e in entries if e["kind"] == "turn"] == []  # it ended at the first call
+    item = alice("GET", "/v1/plans/run-no-play")["items"][0]
+    assert item["status"] == "failed"
+
+
+class RefusingRelay:
+    """The path between the runner and the stack's relay losing the request's `messages`
+    on the way (as the shared-event race did): the real relay answers 400 for it. Counts the
+    calls it passed on."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.calls = 0
+        relay = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body.pop("messages", None)
+                relay.calls += 1
+                answer = httpx.post(
+                    relay.upstream + self.path,
+                    json=body,
+                    headers={"Authorization": self.headers["Authorization"]},
+                    timeout=30,
+                )
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def log_message(self, *_: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> RefusingRelay:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_request_the_relay_refuses_is_stewards_fault_recorded_and_retried(
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher = wiring.launcher()
+    assert isinstance(launcher, LocalLauncher)
+    with RefusingRelay(stack.state["relay_http_url"]) as relay:
+
+        def environment(task: Task, ticket: str) -> dict[str, str]:
+            return LocalLauncher.environment(launcher, task, ticket) | {"STEWARD_RELAY_URL": relay.url}
+
+        monkeypatch.setattr(launcher, "environment", environment)
+        markdown = plan("run-refused", "PLAY-success: add subtract").replace(
+            "max_attempts: 1", "max_attempts: 2"
+        )
+        published = alice("PUT", "/v1/plans/run-refused", {"markdown": markdown})
+        alice("POST", "/v1/plans/run-refused/confirm", {"content_hash": published["content_hash"]})
+
+        def attempts() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = alice("GET", "/v1/tasks?plan=run-refused")["tasks"]
+            return sorted(found, key=lambda t: t["attempt"])
+
+        # The loop retries it (max_attempts applies): both attempts run and end.
+        eventually(lambda: len(attempts()) == 2 and all(t["status"] == "failed" for t in attempts()))
+        assert relay.calls == 2  # one call per attempt: a 400 is not sent again
+    for task in attempts():
+        settled(alice, task["id"])
+        assert task["classification"] == "retryable", task["reason"]
+        assert task["reason"].startswith("Steward's fault, not the model's or the plan's"), task["reason"]
+        assert "HTTP 400 bad_request: messages: Field required" in task["reason"]
+        (finished,) = [e for e in events(alice, task["id"]) if e["type"] == "finished"]
+        assert finished["data"]["fault"] == "relay_refused"  # what the runtime routes count (alarm)
+        (refused,) = [e for e in harness(artifacts, task["id"]) if e["kind"] == "refused"]
+        assert (refused["status"], refused["code"]) == (400, "bad_request")
+        assert "messages: Field required" in refused["error"]
+        sent = json.loads(refused["request"])  # the request as the runner sent it, bounded
+        assert sent["messages"][0]["content"][0]["text"].startswith("Task: PLAY-success: add subtract")
+        assert refused["request_chars"] == len(refused["request"])
+        assert_no_credentials(artifacts, task["id"])
+    assert alice("GET", "/v1/plans/run-refused")["items"][0]["status"] == "failed"  # attempts spent
+
+
+def test_the_example_plan_of_ones_own_runs_to_pull_requests_on_its_playbook(
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore
+) -> None:
+    # examples/own-plan.md as a person publishes it, played by examples/own-playbook.json.
+    markdown = (EXAMPLES / "own-plan.md").read_text()
+    published = alice("PUT", "/v1/plans/own-plan", {"markdown": markdown})
+    alice("POST", "/v1/plans/own-plan/confirm", {"content_hash": published["content_hash"]})
+    eventually(lambda: all(i["task_id"] for i in alice("GET", "/v1/plans/own-plan")["items"]))
+    items = alice("GET", "/v1/plans/own-plan")["items"]
+    assert len(items) == 2
+    changed = {}
+    for item in items:
+        task = settled(alice, item["task_id"])
+        assert task["status"] == "review", task["reason"]
+        pull = stack.twin.pull(SAMPLE_REPO, int(task["pr_url"].rsplit("/", 1)[1]))
+        changed[item["ordinal"]] = (pull["body"], artifacts.read_text(item["task_id"], "diff.patch") or "")
+    assert "Adds `multiply(a, b)`" in changed[1][0]
+    assert "def multiply" in changed[1][1]
+    assert "test_multiply.py" in changed[1][1]
+    assert "Adds `CONTRIBUTING.md`" in changed[2][0]
+    assert "python -m pytest -q" in changed[2][1]
+
+
+def test_a_model_of_ones_own_is_charged_at_the_price_table_of_ones_own(
+    alice: Alice, artifacts: ArtifactStore, openai_server: OpenAIServer
+) -> None:
+    (task_id,) = start(alice, "run-own-model", "Say what you would change", model=OWN_MODEL)
+    task = settled(alice, task_id)
+    assert task["status"] == "failed", task["reason"]  # it changed nothing: the run ends
+    calls = [r.body for r in openai_server.requests]  # only this test uses the model
+    assert calls, task["reason"]
+    assert all(body["model"] == "coder-7b" for body in calls)
+    # 500 input tokens at $3.00 and 100 output tokens at $15.00 per million, per call.
+    per_call = Decimal(500) * Decimal("3.00") / 10**6 + Decimal(100) * Decimal("15.00") / 10**6
+    assert per_call == Decimal("0.003")
+    assert Decimal(str(task["cost_usd"])) == per_call * len(calls)
+    turns = [e for e in harness(artifacts, task_id) if e["kind"] == "turn" and "cost_usd" in e]
+    assert len(turns) == len(calls)
+    assert {Decimal(str(turn["cost_usd"])) for turn in turns} == {per_call}

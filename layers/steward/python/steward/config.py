@@ -103,6 +103,21 @@ def _non_negative_float(name: str, raw: str) -> float | None:
     return value
 
 
+def _price_table(name: str, raw: str) -> str | None:
+    """The value as given, once the table it names (a file, or inline JSON) reads and
+    validates: a bad table fails at start with the variable named, not at a model call."""
+    if not raw:
+        return None
+    from steward.adapters.price_file import load_price_table  # noqa: PLC0415 - only when set
+
+    try:
+        load_price_table(raw)
+    except ValueError as exc:
+        message = str(exc)
+        raise ValueError(message if name in message else f"{name}: {message}") from None
+    return raw
+
+
 SIGN_IN_KINDS = ("oidc", "local", "none")
 
 
@@ -195,7 +210,9 @@ SETTINGS: tuple[Setting, ...] = (
         "STEWARD_PRICE_TABLE",
         "price_table",
         {"relay", "runtime", "api"},
-        doc="path of a JSON price table extending the packaged one (the API's publish checks read it too)",
+        parse=_price_table,
+        doc="your own price table extending the packaged one: a JSON file's path, or the JSON itself "
+        "(the CDK app's `priceTable` context); the API's publish checks read it too",
     ),
     _setting(
         "STEWARD_BEDROCK_ENDPOINT_URL",
@@ -386,7 +403,7 @@ _DEFAULTS: dict[str, str] = {
 }
 
 # What the local launcher hands its runtimes besides their own four variables, as a Fargate
-# task definition would carry them (DESIGN section 6): the runner's bounds, never a setting
+# task definition would carry them (README: "The runner"): the runner's bounds, never a setting
 # of the control plane (STEWARD_RUNNER_SUBNETS and the like are the launcher's own).
 RUNTIME_PASSED = ("STEWARD_STREAM_URL", "STEWARD_SANDBOX_UID", "STEWARD_WORK_DIR", "STEWARD_KEEP_WORK")
 RUNTIME_PASSED_PREFIXES = ("STEWARD_RUNNER_", "STEWARD_CHECK_")

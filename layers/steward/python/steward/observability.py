@@ -59,6 +59,8 @@ class HandlerMetrics(Protocol):
 
     def clear_metrics(self) -> None: ...
 
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None: ...
+
     def log_metrics(self, lambda_handler: Any = None, **kwargs: Any) -> Any: ...
 
 
@@ -69,6 +71,9 @@ class _Unmetered:
         return None
 
     def clear_metrics(self) -> None:
+        return None
+
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
         return None
 
     def log_metrics(self, lambda_handler: Any = None, **kwargs: Any) -> Any:

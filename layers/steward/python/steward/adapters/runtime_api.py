@@ -1,4 +1,4 @@
-"""HTTP client of every control-plane call the runtime makes (DESIGN sections 5, 6): the
+"""HTTP client of every control-plane call the runtime makes (README: "The relay", "The runner"): the
 ticket exchange, scoped GitHub tokens, the claim, heartbeats, progress events, the finish,
 artifact uploads, and model calls through the relay. The runtime holds no AWS credential:
 these calls are how it writes anything, and an artifact goes to S3 by a presigned PUT the
@@ -46,13 +46,17 @@ UPLOAD_TIMEOUT = 120.0
 
 class RuntimeApiError(Exception):
     """A control-plane call failed. `retryable`: an infrastructure fault (transport, 5xx,
-    throttling that outlasted the wait), as opposed to a refusal."""
+    throttling that outlasted the wait), as opposed to a refusal. `detail`: the server's own
+    message (bounded), when it answered one."""
 
-    def __init__(self, message: str, *, status: int | None, code: str = "", retryable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, status: int | None, code: str = "", retryable: bool = False, detail: str = ""
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.retryable = retryable
+        self.detail = detail
 
 
 class BudgetExhausted(RuntimeApiError):
@@ -295,7 +299,7 @@ class RuntimeApi:
             status = response.status_code
             text = f"could not {what}: HTTP {status} {code}: {message}"
             if status == 402:
-                raise BudgetExhausted(text, status=status, code=code)
+                raise BudgetExhausted(text, status=status, code=code, detail=message)
             transient = status == 429 or status >= 500
             if status == 429:
                 wait, again = _retry_after(response), True
@@ -305,7 +309,7 @@ class RuntimeApi:
                 waited += wait
                 self._pause(wait, deadline, what)
                 continue
-            raise RuntimeApiError(text, status=status, code=code, retryable=transient)
+            raise RuntimeApiError(text, status=status, code=code, retryable=transient, detail=message)
 
     def _pause(self, seconds: float, deadline: float | None, what: str) -> None:
         """Sleep before another attempt, unless that would outlast `deadline`."""

@@ -70,6 +70,13 @@ class Classification(StrEnum):
     FINAL = "final"
 
 
+class Fault(StrEnum):
+    """A failed run that is Steward's own fault, not the model's or the person's: the runtime
+    names it in its ending, and the runtime routes count it (an alarm's metric)."""
+
+    RELAY_REFUSED = "relay_refused"  # the relay answered 400 to the runner's own request
+
+
 TERMINAL_PLAN_STATUSES = frozenset({PlanStatus.COMPLETED, PlanStatus.ARCHIVED})
 TERMINAL_TASK_STATUSES = frozenset(
     {TaskStatus.MERGED, TaskStatus.CLOSED, TaskStatus.FAILED, TaskStatus.CANCELLED}
@@ -82,8 +89,8 @@ class PlanItem(BaseModel):
 
     `supersedes` is the task of the revision this one replaced, kept until this revision's
     first task spawns: confirming the new revision cancels that task while it is queued or
-    running, and the loop's spawn of the new revision stops its runtime first (DESIGN
-    section 3). `removed_at` orders the removed items kept as history (the oldest go first
+    running, and the loop's spawn of the new revision stops its runtime first (README:
+    "Lifecycles"). `removed_at` orders the removed items kept as history (the oldest go first
     when the history is full, `steward.domain.plans`)."""
 
     model_config = ConfigDict(frozen=True)

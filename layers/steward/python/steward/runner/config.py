@@ -1,5 +1,5 @@
 """The runtime's settings, all from the environment: the four variables the launcher passes
-per task (DESIGN section 6) and the deployment's runner bounds (`STEWARD_RUNNER_*`,
+per task (README: "The runner") and the deployment's runner bounds (`STEWARD_RUNNER_*`,
 `STEWARD_CHECK_*`, `STEWARD_SANDBOX_UID`, `STEWARD_WORK_DIR`, `STEWARD_KEEP_WORK`, and
 locally `STEWARD_STREAM_URL`). Nothing here names a table, a bucket or an AWS endpoint: the
 runtime reaches the control plane only at STEWARD_API_URL and STEWARD_RELAY_URL."""
@@ -71,7 +71,7 @@ class RunnerConfig:
             raise ConfigError("STEWARD_RUNNER_HEARTBEAT_SECONDS must be a number of seconds") from None
         if not 0.1 <= heartbeat <= 60:
             raise ConfigError(
-                "STEWARD_RUNNER_HEARTBEAT_SECONDS must be within 0.1..60 (DESIGN: at least every 60 s)"
+                "STEWARD_RUNNER_HEARTBEAT_SECONDS must be within 0.1..60 (a runtime renews its task at least every 60 s)"
             )
         uid = env.get("STEWARD_SANDBOX_UID", "")
         if uid and not uid.isdigit():

@@ -1,4 +1,4 @@
-"""The bounded tool loop: model turns through the relay, tools gated by phase (DESIGN 6).
+"""The bounded tool loop: model turns through the relay, tools gated by phase (README: "The runner").
 
 Each turn offers only the tools of the current phase (`steward.domain.phases`). A call the
 phase does not offer is answered with a recoverable error and never executed; the phase
@@ -18,6 +18,10 @@ valid Unicode (a lone surrogate) is replaced by U+FFFD, and a tool call whose ar
 such text is answered as an invalid call and never run; a tool name or call id the relay
 would refuse to see again is replaced by one it accepts.
 
+A 400 from the relay is Steward's own fault (the harness built the request, and the relay
+never refuses it for the model's text or the person's plan): the refused request goes to
+`harness.json` (redacted, bounded) with the relay's error, and `RelayRefused` ends the run.
+
 `max_seconds` holds inside a turn too: each model call gets the time left as its timeout
 (a model that raises `TimeoutError` ends the run at its time limit), each tool's git
 commands and each check are bounded by it, and no tool runs once it is spent.
@@ -35,6 +39,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from steward.adapters.runtime_api import RuntimeApiError
 from steward.domain.converse import is_valid_text, text_fields, valid_text
 from steward.domain.models import Task
 from steward.domain.phases import (
@@ -58,6 +63,9 @@ from steward.runner.workspace import TOOL_ARGS, TOOL_DESCRIPTIONS, ToolError, Wo
 ELIDED = "[an earlier tool result, elided to keep the conversation within its bound]"
 _RECORD_CHARS = 4000
 _SUMMARY_CHARS = 6000
+# How much of a request the relay refused harness.json keeps: its start shows the shape
+# (system, the first messages, the inference settings) the relay objected to.
+REFUSED_REQUEST_CHARS = 16_000
 VERIFY_DESCRIPTION = (
     "Run one of the plan's required checks exactly as listed (no shell, no extra arguments), "
     "in a sandbox without network. Returns its exit code and output tail."
@@ -66,6 +74,14 @@ VERIFY_DESCRIPTION = (
 
 class Cancelled(Exception):
     """The task was cancelled (or lost to the reaper) while the run went on."""
+
+
+class RelayRefused(Exception):
+    """The relay answered 400 to one of the harness's own requests (recorded in harness.json)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class Model(Protocol):
@@ -292,6 +308,22 @@ class Harness:
             reply = self.model(outgoing, timeout=remaining)
         except TimeoutError:
             raise _OutOfTime from None
+        except RuntimeApiError as exc:
+            if exc.status != 400:
+                raise
+            error = self._bounded(str(exc), _RECORD_CHARS)
+            text = _compact(outgoing)
+            self.record(
+                {
+                    "kind": "refused",
+                    "status": exc.status,
+                    "code": exc.code,
+                    "error": error,
+                    "request_chars": len(text),
+                    "request": self._bounded(text, REFUSED_REQUEST_CHARS),
+                }
+            )
+            raise RelayRefused(error) from None
         self._check_cancel()
         return reply
 

@@ -1,4 +1,4 @@
-"""`python -m steward.runner`: the runtime's entry point (DESIGN section 6).
+"""`python -m steward.runner`: the runtime's entry point (README: "The runner").
 
 It gets STEWARD_TASK_ID, STEWARD_TICKET, STEWARD_API_URL and STEWARD_RELAY_URL from the
 launcher, plus the deployment's runner bounds (`steward.runner.config`), and no AWS

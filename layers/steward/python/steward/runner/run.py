@@ -1,4 +1,4 @@
-"""One runtime from claim to finish (DESIGN section 6): the stages and their records.
+"""One runtime from claim to finish (README: "The runner"): the stages and their records.
 
     claim -> bootstrap (token, clone, sandbox probe, setup) -> tool loop -> required checks
           -> publish -> finish
@@ -9,9 +9,12 @@ longer this runtime's (cancelled, reaped), sets `cancel` and kills the running c
 the run stops without writing its task again. Every other ending writes exactly one
 terminal transition (`POST /v1/runtime/finish`): `review` with the pull request, or `failed`
 with a classification — `retryable` for infrastructure (clone, network, the control plane,
-GitHub), `final` for what another attempt would repeat (the model, the checks, the budget,
-the plan's setup). Artifacts are written before the transition, each redacted first, and
-uploaded by presigned PUTs (`POST /v1/runtime/artifacts/{name}`); one that cannot be
+GitHub, and a request of the runner's own that the relay refused: Steward's fault, so
+harness.json keeps the request and the ending names the `fault`, which the control plane
+counts for an alarm), `final` for what another attempt would repeat (the model, the checks,
+the budget, the plan's setup, a model that cannot do the task at all such as the scripted
+model with no play for it). Artifacts are written before the transition, each redacted
+first, and uploaded by presigned PUTs (`POST /v1/runtime/artifacts/{name}`); one that cannot be
 redacted is not written, and the `finished` event says so. Every write goes through those
 routes with the capability: the runtime holds no AWS credential and reads no table.
 """
@@ -35,10 +38,11 @@ from steward.adapters.git import GitError, run_git, snapshot_work
 from steward.adapters.github import GitHubError, InstallationClient, InstallationToken
 from steward.adapters.runtime_api import BudgetExhausted, IssuedToken, RuntimeApi, RuntimeApiError
 from steward.domain.artifacts import SCREEN_NAME
-from steward.domain.models import Classification, Task, TaskStatus, utcnow
+from steward.domain.errors import CallExceedsBudget, ModelCannotAnswer
+from steward.domain.models import Classification, Fault, Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
-from steward.runner.harness import Cancelled, Harness, Outcome
+from steward.runner.harness import Cancelled, Harness, Outcome, RelayRefused
 from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, probe_mode
 from steward.runner.screen import LiveSink, Screen
 from steward.runner.workspace import Workspace
@@ -49,9 +53,19 @@ _LOG = logging.getLogger(__name__)
 RETRYABLE = Classification.RETRYABLE.value
 FINAL = Classification.FINAL.value
 _REASON_CHARS = 300
+MODEL_CANNOT_ANSWER = ModelCannotAnswer.code
+CALL_EXCEEDS_BUDGET = CallExceedsBudget.code
 # What bootstrap.json keeps of a failed setup command's output: its last 4 KiB, redacted.
 SETUP_TAIL_CHARS = 4096
-_ENDING_KEYS = ("classification", "reason", "pr_url", "pr_number", "summary", "artifacts_not_written")
+_ENDING_KEYS = (
+    "classification",
+    "reason",
+    "pr_url",
+    "pr_number",
+    "summary",
+    "artifacts_not_written",
+    "fault",
+)
 
 
 class StageFailed(Exception):
@@ -142,11 +156,23 @@ class Run:
         except Cancelled:
             self._write_artifacts(clone, preserve=True)
             return "cancelled"
-        except BudgetExhausted:
+        except BudgetExhausted as exc:
+            if exc.code == CALL_EXCEEDS_BUDGET:  # what is left pays for no useful call: the figures
+                return self._fail(
+                    clone, f"the task's budget cannot pay for its next model call: {exc.detail}", FINAL
+                )
             return self._fail(clone, "the task's budget is spent (relay 402)", FINAL)
+        except RelayRefused as exc:
+            reason = (
+                "Steward's fault, not the model's or the plan's: the relay refused the runner's own "
+                f"model request (the request is in harness.json): {exc.error}"
+            )
+            return self._fail(clone, reason, RETRYABLE, fault=Fault.RELAY_REFUSED)
         except StageFailed as exc:
             return self._fail(clone, exc.reason, exc.classification)
         except RuntimeApiError as exc:
+            if exc.code == MODEL_CANNOT_ANSWER:  # says why and what to do; no attempt would differ
+                return self._fail(clone, f"the model cannot do this task: {exc.detail}", FINAL)
             return self._fail(clone, str(exc), RETRYABLE if exc.retryable else FINAL)
         except (GitError, GitHubError) as exc:
             return self._fail(clone, f"{type(exc).__name__}: {exc}", RETRYABLE)
@@ -322,7 +348,15 @@ class Run:
         return self.api.heartbeat(self.capability, self.runtime_id).status
 
     # ---- endings
-    def _fail(self, clone: Path, reason: str, classification: str, *, preserve: bool = True) -> str:
+    def _fail(
+        self,
+        clone: Path,
+        reason: str,
+        classification: str,
+        *,
+        preserve: bool = True,
+        fault: Fault | None = None,
+    ) -> str:
         reason = self.redactor.bounded(reason, _REASON_CHARS)
         self._write_artifacts(clone, preserve=preserve)
         return self._finish(
@@ -330,6 +364,7 @@ class Run:
             {"outcome": "failed", "classification": classification, "reason": reason},
             classification=classification,
             reason=reason,
+            extra=None if fault is None else {"fault": fault.value},
         )
 
     def _finish(

@@ -1,4 +1,4 @@
-"""The five file tools the model edits a clone with, confined to that clone (DESIGN section 6).
+"""The five file tools the model edits a clone with, confined to that clone (README: "The runner").
 
 Every argument comes from the model and is untrusted. A path is accepted only when it is
 relative, free of `..` and control characters, and names nothing that is (or that a

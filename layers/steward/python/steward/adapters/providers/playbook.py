@@ -6,7 +6,10 @@ user message — the runner's task prompt — and an empty `match` matches every
 answers the request that already holds `n` assistant messages; a step is either
 `{"tool": name, "input": {...}}` (a toolUse) or `{"text": "..."}`. Past the last step the
 play repeats from `loop_from` if set, else answers "done". A request offering no tools is
-the runner's summary turn and gets the play's `summary`.
+the runner's summary turn and gets the play's `summary`. A conversation no play matches is
+refused (`ModelCannotAnswer`, 422): the scripted model can do nothing else, so the runner
+ends the task `failed` `final` at its first call, saying to write a playbook or use a real
+model (the README's "Playbooks" section documents the format).
 
 The reply is a pure function of the request, as the relay's budget tests need. The
 packaged playbook (data/playbook.json) drives the demo's sample repository;
@@ -25,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from steward.domain.converse import ConverseRequest, TextBlock
+from steward.domain.errors import ModelCannotAnswer
 
 PLAYBOOK_ENV = "STEWARD_SCRIPTED_PLAYBOOK"
 
@@ -71,13 +75,15 @@ class Playbook(BaseModel):
         path (the relay builds a provider per call, and that must do no I/O)."""
         return _load(environ.get(PLAYBOOK_ENV, ""))
 
-    def reply(self, request: ConverseRequest) -> dict[str, Any]:
-        """The Converse content block this playbook answers `request` with."""
+    def reply(self, request: ConverseRequest, *, source: str = "") -> dict[str, Any]:
+        """The Converse content block this playbook answers `request` with;
+        `ModelCannotAnswer` when no play matches (`source`: the playbook's file, empty for
+        the packaged one)."""
         first = next((m for m in request.messages if m.role == "user"), None)
         prompt = " ".join(b.text for b in first.content if isinstance(b, TextBlock)) if first else ""
         play = next((p for p in self.plays if p.match.lower() in prompt.lower()), None)
         if play is None:
-            return {"text": "done"}
+            raise ModelCannotAnswer(no_play(source))
         if request.toolConfig is None:
             return {"text": play.summary}
         turn = sum(1 for m in request.messages if m.role == "assistant")
@@ -85,6 +91,17 @@ class Playbook(BaseModel):
         if step.text is not None:
             return {"text": step.text}
         return {"toolUse": {"toolUseId": f"tooluse_play_{turn}", "name": step.tool, "input": step.input}}
+
+
+def no_play(source: str) -> str:
+    """Why the scripted model cannot answer, and what to do: short enough to reach the
+    task's reason whole (the runner keeps 300 characters)."""
+    which = f"the playbook {Path(source).name}" if source else "the packaged playbook (the demo's items only)"
+    return (
+        f"the scripted model has no play for this task in {which}. Write a playbook whose "
+        f"`match` is in the item's text and name it with {PLAYBOOK_ENV}, or set the plan's "
+        "model to a real one (README: Playbooks)"
+    )
 
 
 @cache

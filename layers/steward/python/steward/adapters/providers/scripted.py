@@ -10,7 +10,8 @@ The policy is the price entry's `provider_model`:
 * `no-usage`: an echo reply without usage (the relay must charge the reservation in full);
 * `slow`: sleeps `STEWARD_SCRIPTED_SLOW_SECONDS` (default 0.2 s) first, then echoes;
 * `playbook`: plays a coding agent from a playbook (`steward.adapters.providers.playbook`): the
-  runner's tools driven step by step, chosen by the task the conversation is about.
+  runner's tools driven step by step, chosen by the task the conversation is about; a task
+  no play matches is refused (`ModelCannotAnswer`), never answered.
 
 Usage follows from the request so that budget math is exercised: input tokens are
 ceil(payload_bytes / 4) (within the relay's byte bound) and output tokens are
@@ -65,9 +66,13 @@ class ScriptedProvider:
         self.policy = policy
         self.slow_seconds = slow_seconds
         if policy == "playbook":
-            from steward.adapters.providers.playbook import Playbook  # noqa: PLC0415 - only this policy needs it
+            from steward.adapters.providers.playbook import (  # noqa: PLC0415 - only this policy needs it
+                PLAYBOOK_ENV,
+                Playbook,
+            )
 
             self._playbook = Playbook.load(environ or {})
+            self._playbook_source = (environ or {}).get(PLAYBOOK_ENV, "")
 
     def converse(self, request: ConverseRequest, *, max_tokens: int) -> ProviderResult:
         check_max_tokens(max_tokens)
@@ -102,7 +107,7 @@ class ScriptedProvider:
         last = request.messages[-1]
         results = [block.toolResult for block in last.content if isinstance(block, ToolResultBlock)]
         if self.policy == "playbook":
-            return self._playbook.reply(request)
+            return self._playbook.reply(request, source=self._playbook_source)
         if self.policy != "tool-then-stop" or last.role != "user":
             return {"text": _echo(request)}
         if results:
