@@ -7,11 +7,14 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
 from steward.domain.capability import Capability
+from steward.local.fixtures import running_task_with_capability
+from steward.local.stack import LocalStack
 from steward.local.stream_hub import StreamHub
 
 TASK = "t" + "a" * 24
@@ -124,3 +127,47 @@ def test_a_chunk_without_a_usable_length_is_refused(hub: StreamHub) -> None:
         assert raw.recv(64).startswith(b"HTTP/1.1 400")
     post(hub, "", end=True)
     assert "streamed" not in watch(hub).text
+
+
+# -- the stack's hub: output is admitted as the runtime routes admit a record -------------------
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with LocalStack(state_file=tmp_path_factory.mktemp("hub") / "local.json") as stack:
+        yield stack
+
+
+# (what is posted after the task was cancelled, its answer): output is refused as an event
+# would be; an end with no output only tells watchers the run is over.
+AFTER_CANCEL = [
+    ("output", {"params": None, "content": b"injected after the cancel"}, 409),
+    ("output with the end", {"params": {"end": "1"}, "content": b"injected with the end"}, 409),
+    ("the end alone", {"params": {"end": "1"}, "content": b""}, 204),
+]
+
+
+def test_the_stacks_hub_refuses_output_of_a_cancelled_task(stack: LocalStack) -> None:
+    fixture = running_task_with_capability(
+        stack.state_file, user="alice", budget_usd=Decimal("0.10"), model="scripted"
+    )
+    task_id, capability = fixture["task_id"], fixture["capability"]
+    url = f"{stack.state['stream_url']}/v1/runtime/stream"
+    runtime = {"Authorization": f"Bearer {capability}"}
+    alice = {"Authorization": f"Bearer {stack.state['users']['alice']}"}
+    assert httpx.post(url, content=b"while running\n", headers=runtime, timeout=10).status_code == 204
+    cancelled = httpx.post(f"{stack.state['api_url']}/v1/tasks/{task_id}/cancel", headers=alice, timeout=30)
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    for name, request, status in AFTER_CANCEL:
+        answer = httpx.post(url, headers=runtime, timeout=10, **request)
+        assert answer.status_code == status, (name, answer.text)
+        if status == 409:
+            assert answer.json()["error"]["code"] == "lifecycle", name
+            assert answer.json()["error"]["field"] == "status", name
+    replay = httpx.get(
+        f"{stack.state['stream_url']}/v1/tasks/{task_id}/stream?follow=0", headers=alice, timeout=10
+    )
+    assert replay.status_code == 200
+    assert "while running" in replay.text
+    assert "injected" not in replay.text

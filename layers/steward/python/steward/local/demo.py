@@ -41,6 +41,7 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
         if not as_json:
             print(text, flush=True)
 
+    started = time.monotonic()
     say("starting the local stack (moto server, API, scheduler, heartbeat, reaper, local launcher)...")
     with LocalStack(state_file=state_file, tick_seconds=1, reaper_seconds=2) as stack:
         say(f"  api: {stack.state['api_url']}   aws: {stack.state['aws_endpoint_url']}")
@@ -81,21 +82,39 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
             say(render_plan(plan))
             say("")
             say(table(rows, ("item", "task", "status", "branch", "pr", "checks", "cost")))
-            for task in tasks:
-                if task["status"] != "merged":
-                    say(f"  {task['id']}: {task['status']} ({task['classification']}): {task['reason']}")
         finally:
             client.close()
     if as_json:
         print(json.dumps({"plan": plan, "tasks": tasks}, indent=2))
     ok = plan["status"] == "completed" and all(i["status"] == "merged" for i in plan["items"])
-    say(
-        "\ndemo: every item became a reviewed, merged pull request; the plan is completed"
-        if ok
-        else f"\ndemo: FAILED, the plan is {plan['status']} after {timeout:.0f} s "
-        f"(runtime logs: {stack_logs(state_file)})"
-    )
+    if ok:
+        say("\ndemo: every item became a reviewed, merged pull request; the plan is completed")
+    else:
+        say("\n" + failure_summary(plan, tasks, time.monotonic() - started, timeout, stack_logs(state_file)))
     return 0 if ok else 1
+
+
+def failure_summary(
+    plan: dict[str, Any], tasks: list[dict[str, Any]], elapsed: float, timeout: float, logs: Path
+) -> str:
+    """What failed and when: the time the demo took, whether it gave up waiting, and each
+    item that was not merged with its latest task's status and reason."""
+    latest = {task["ordinal"]: task for task in tasks}  # sorted by (ordinal, attempt)
+    failed = [item for item in plan["items"] if item["status"] != "merged"]
+    gave_up = f"gave up waiting for the plan ({timeout:.0f} s); " if plan["status"] != "completed" else ""
+    lines = [
+        f"demo: FAILED after {elapsed:.0f} s: {gave_up}{len(failed)} of {len(plan['items'])} items not merged, "
+        f"the plan is {plan['status']} (runtime logs: {logs})"
+    ]
+    for item in failed:
+        task = latest.get(item["ordinal"])
+        if task is None:
+            lines.append(f"  #{item['ordinal']} {item['status']}: no task was spawned")
+            continue
+        how = task["status"] + (f" ({task['classification']})" if task.get("classification") else "")
+        reason = f": {task['reason']}" if task.get("reason") else ""
+        lines.append(f"  #{item['ordinal']} {item['status']}: task {task['id']} {how}{reason}")
+    return "\n".join(lines)
 
 
 def _row(client: ApiClient, plan: dict[str, Any], task: dict[str, Any]) -> tuple[Any, ...]:

@@ -1,13 +1,18 @@
 """What AWS does between services, done locally with the same events: an EventBridge
 Scheduler rate that invokes a Lambda, and an SQS event source mapping that feeds a Lambda
-batches from a queue and deletes what it handled (honouring `batchItemFailures`)."""
+batches from a queue and deletes what it handled (honouring `batchItemFailures`).
+
+Each invokes its handler under `invocation_lock` when given one: the local stack passes the
+lock of every function it serves in its process (one invocation at a time per process)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +23,8 @@ Handler = Callable[[dict[str, Any], Any], Any]
 
 
 class _Loop:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, invocation_lock: AbstractContextManager[Any] | None = None) -> None:
+        self._invocation_lock = invocation_lock if invocation_lock is not None else contextlib.nullcontext()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.name = name
@@ -48,8 +54,15 @@ class _Loop:
 class Schedule(_Loop):
     """Invoke `handler` every `seconds` with a Scheduler-like event."""
 
-    def __init__(self, name: str, handler: Handler, seconds: float) -> None:
-        super().__init__(name)
+    def __init__(
+        self,
+        name: str,
+        handler: Handler,
+        seconds: float,
+        *,
+        invocation_lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        super().__init__(name, invocation_lock)
         self._handler = handler
         self._seconds = seconds
 
@@ -62,7 +75,8 @@ class Schedule(_Loop):
             "resources": [f"arn:aws:scheduler:local:000000000000:schedule/default/{self.name}"],
             "detail": {},
         }
-        self._handler(event, LambdaContext(self.name))
+        with self._invocation_lock:
+            self._handler(event, LambdaContext(self.name))
 
     def pause(self) -> float:
         return self._seconds
@@ -71,8 +85,17 @@ class Schedule(_Loop):
 class SqsSource(_Loop):
     """Long-poll a queue and invoke `handler` with SQS events of up to 10 records."""
 
-    def __init__(self, name: str, handler: Handler, sqs: Any, queue_url: str, queue_arn: str) -> None:
-        super().__init__(name)
+    def __init__(
+        self,
+        name: str,
+        handler: Handler,
+        sqs: Any,
+        queue_url: str,
+        queue_arn: str,
+        *,
+        invocation_lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        super().__init__(name, invocation_lock)
         self._handler = handler
         self._sqs = sqs
         self._url = queue_url
@@ -101,7 +124,8 @@ class SqsSource(_Loop):
             }
             for m in received
         ]
-        result = self._handler({"Records": records}, LambdaContext(self.name)) or {}
+        with self._invocation_lock:
+            result = self._handler({"Records": records}, LambdaContext(self.name)) or {}
         failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
         done = [
             {"Id": str(n), "ReceiptHandle": r["receiptHandle"]}

@@ -317,7 +317,7 @@ class LocalHandler(BaseHTTPRequestHandler):
         *,
         close: bool = False,
     ) -> None:
-        """The JSON error shape of DESIGN section 4: `{"error": {"code": ..., "message": ...}}`."""
+        """The JSON error shape of README: "Identity and publishing rules": `{"error": {"code": ..., "message": ...}}`."""
         self.send_json(status, {"error": {"code": code, "message": message}}, headers, close=close)
 
 

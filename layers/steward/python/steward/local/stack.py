@@ -1,10 +1,15 @@
-"""`steward local up`: the embedded local stack (DESIGN section 8).
+"""`steward local up`: the embedded local stack (README: "Quick start").
 
 Everything runs on loopback in this process: a moto server as the AWS endpoint (tables and
 bucket created from the same specs as the CDK app) and the real API Lambda handler behind an
 adapter that verifies dev bearer tokens as API Gateway's JWT authorizer would. Later
 capabilities add the relay, the webhook receiver, the GitHub twin, the scheduler tick and
 the local launcher here.
+
+One invocation at a time per process, as in a Lambda environment (handlers rely on it:
+Powertools keeps the current request in class state): the functions served here share one
+invocation lock, and the relay, whose model calls may take a minute, runs in a process of its
+own (`steward.local.relay_process` says why).
 
 One stack per state directory: `StackLock` holds `stack.lock` there from before the first
 part starts until the last one stopped, so a second `steward local up` or `steward demo` on
@@ -30,11 +35,11 @@ from steward.adapters.dynamo import Tables
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.config import Settings
+from steward.domain.capability import Capability
 from steward.domain.errors import StewardError
 from steward.domain.installations import Installation
 from steward.domain.models import utcnow
-from steward.domain.routes import CONSOLE_PREFIX, RELAY_BINARY_MEDIA_TYPES, RUNTIME_PREFIX
-from steward.local import tls as local_tls
+from steward.domain.routes import CONSOLE_PREFIX, RUNTIME_PREFIX
 from steward.local.console_login import LoginCodes
 from steward.local.dev_auth import DevIssuer
 from steward.local.event_sources import Schedule, SqsSource
@@ -42,6 +47,7 @@ from steward.local.github_twin import GitHubTwin
 from steward.local.http_adapter import LambdaHttpServer
 from steward.local.http_base import LocalHandler
 from steward.local.moto_server import MotoServer
+from steward.local.relay_process import RelayProcess
 from steward.local.sample_repo import FILES as SAMPLE_FILES
 from steward.local.sample_repo import SAMPLE_REPO
 from steward.local.stream_hub import StreamHub, serve_watch
@@ -141,8 +147,9 @@ class LocalStack:
     log_dir: Path | None = None
     _moto: MotoServer | None = field(default=None, init=False)
     _api: LambdaHttpServer | None = field(default=None, init=False)
-    _relay: LambdaHttpServer | None = field(default=None, init=False)
-    _relay_tls: LambdaHttpServer | None = field(default=None, init=False)
+    _relay: RelayProcess | None = field(default=None, init=False)
+    # The invocation lock of every function served in this process (the relay has its own).
+    _invocations: threading.Lock = field(default_factory=threading.Lock, init=False)
     _hub: StreamHub | None = field(default=None, init=False)
     _webhook: LambdaHttpServer | None = field(default=None, init=False)
     _twin: GitHubTwin | None = field(default=None, init=False)
@@ -201,6 +208,10 @@ class LocalStack:
         aws.client("s3", region_name=LOCAL_REGION).create_bucket(Bucket=settings.artifacts_bucket)
         key_id = self._seed(settings.table_prefix)
         github = self._start_github()
+        # Every setting the relay reads is in the environment now: it starts (and imports)
+        # in its own process while this one starts the rest.
+        self._relay = RelayProcess(self.state_dir, self.host)
+        self._relay.start()
 
         issuer = DevIssuer.load_or_create(self.state_dir / "dev-jwt-key.pem")
         api_url, relay_http_url, relay_url, ca_bundle = self._start_http(issuer)
@@ -259,6 +270,7 @@ class LocalStack:
             kind="function_url",
             host=self.host,
             function_name="steward-webhook",
+            invocation_lock=self._invocations,
         )
         self._webhook.start()
         root = self.state_dir / "github"
@@ -286,7 +298,7 @@ class LocalStack:
         two API Gateway routes to two functions) and the relay's REST API, served over plain
         http for the runner and over HTTPS (a CA made now) for stock clients: (API URL,
         relay http URL, relay HTTPS URL, CA bundle path)."""
-        from steward import relay_handler, runtime_handler  # noqa: PLC0415 - configured by the environment
+        from steward import runtime_handler  # noqa: PLC0415 - configured by the environment
         from steward.api import handler  # noqa: PLC0415
 
         _forget_clients()
@@ -312,31 +324,13 @@ class LocalStack:
             host=self.host,
             port=self.api_port,
             function_name="steward-api",
+            invocation_lock=self._invocations,
         )
         self._api.start()
-        # One relay function behind two front doors: one lock, one warm environment.
-        relay_lock = threading.Lock()
-        tls = local_tls.create(self.state_dir)
-        self._relay = LambdaHttpServer(
-            relay_handler.lambda_handler,
-            kind="rest_api",
-            host=self.host,
-            function_name="steward-relay",
-            invocation_lock=relay_lock,
-            binary_media_types=RELAY_BINARY_MEDIA_TYPES,
-        )
-        self._relay.start()
-        self._relay_tls = LambdaHttpServer(
-            relay_handler.lambda_handler,
-            kind="rest_api",
-            host=self.host,
-            function_name="steward-relay",
-            invocation_lock=relay_lock,
-            tls=tls.context,
-            binary_media_types=RELAY_BINARY_MEDIA_TYPES,
-        )
-        self._relay_tls.start()
-        return self._api.url, self._relay.url, self._relay_tls.url, str(tls.ca_bundle)
+        if self._relay is None:
+            raise RuntimeError("the relay process is not started")
+        relay = self._relay.urls()
+        return self._api.url, relay["http_url"], relay["https_url"], relay["ca_bundle"]
 
     def _start_stream_hub(self, issuer: DevIssuer, prefix: str, key_id: str) -> str:
         """The live terminal view: runtimes post output with their capability, owners watch
@@ -348,7 +342,14 @@ class LocalStack:
             task = tasks.get(task_id)
             return task.user if task is not None else None
 
-        self._hub = StreamHub(verifier.verify, issuer.verify, owner, host=self.host)
+        from steward import wiring  # noqa: PLC0415 - configured by the environment
+
+        def admit(capability: Capability) -> None:
+            """As the runtime routes admit a record: not once its task failed, was cancelled
+            or reaped (the service of the moment: the loop's start rebuilds them)."""
+            wiring.runtime_service().admit_output(capability)
+
+        self._hub = StreamHub(verifier.verify, issuer.verify, owner, host=self.host, admit=admit)
         self._hub.start()
         self._set_env({"STEWARD_STREAM_URL": f"{self._hub.url}/v1/runtime/stream"})
         return self._hub.url
@@ -380,29 +381,26 @@ class LocalStack:
         _forget_clients()
         wiring.api_services()
 
+        lock = self._invocations
         self._sources = [
-            Schedule("steward-scheduler", scheduler_handler.lambda_handler, self.tick_seconds),
-            SqsSource("steward-heartbeat", heartbeat_handler.lambda_handler, sqs, url, arn),
-            Schedule("steward-reaper", reaper_handler.lambda_handler, self.reaper_seconds),
+            Schedule(
+                "steward-scheduler", scheduler_handler.lambda_handler, self.tick_seconds, invocation_lock=lock
+            ),
+            SqsSource(
+                "steward-heartbeat", heartbeat_handler.lambda_handler, sqs, url, arn, invocation_lock=lock
+            ),
+            Schedule(
+                "steward-reaper", reaper_handler.lambda_handler, self.reaper_seconds, invocation_lock=lock
+            ),
         ]
         for source in self._sources:
             source.start()
 
     def stop(self) -> None:
-        """Stop every part this stack started; remove the state file (its URLs are dead)."""
-        if self._hub is not None:
-            self._hub.stop()
-            self._hub = None
-        for relay in (self._relay, self._relay_tls):
-            if relay is not None:
-                relay.stop()
-        self._relay = self._relay_tls = None
-        if self._twin is not None:
-            self._twin.stop()
-            self._twin = None
-        if self._webhook is not None:
-            self._webhook.stop()
-            self._webhook = None
+        """Stop every part this stack started; remove the state file (its URLs are dead).
+
+        A shutdown is not an error: the loop and the runtimes stop first, while every part
+        they talk to still answers, so no request of theirs fails on a part already gone."""
         for source in self._sources:
             source.stop()
         if self._sources:
@@ -417,6 +415,18 @@ class LocalStack:
         if self._api is not None:
             self._api.stop()
             self._api = None
+        if self._relay is not None:
+            self._relay.stop()
+            self._relay = None
+        if self._hub is not None:
+            self._hub.stop()
+            self._hub = None
+        if self._twin is not None:
+            self._twin.stop()
+            self._twin = None
+        if self._webhook is not None:
+            self._webhook.stop()
+            self._webhook = None
         if self._moto is not None:
             self._moto.stop()
             self._moto = None

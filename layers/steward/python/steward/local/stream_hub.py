@@ -1,9 +1,11 @@
-"""The local stack's live terminal view (DESIGN section 6): ephemeral, never durable.
+"""The local stack's live terminal view (README: "The runner"): ephemeral, never durable.
 
 Two routes on one small HTTP server (`stream_url` in `.steward/local.json`):
 
 * `POST /v1/runtime/stream` — a runtime sends its command output (already redacted),
-  authorized by its capability; `?end=1` says the run is over. The output goes to whoever
+  authorized by its capability and admitted by the runtime routes' rule for records (`admit`:
+  none once its task failed, was cancelled or reaped); `?end=1` with no output says the run
+  is over, and is admitted in any status (it shows nothing). The output goes to whoever
   watches now, plus a bounded replay buffer for a watcher who joins late. Nothing is written
   anywhere: the durable record is the events and the stored screen tail.
 * `GET /v1/tasks/{id}/stream` — the task's owner (a dev bearer token) watches it as
@@ -28,6 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from steward.domain.capability import Capability, bearer_token
+from steward.domain.errors import StewardError
 from steward.local.http_base import LocalHandler, LocalHttpServer, Refused
 from steward.local.running import Running
 
@@ -41,6 +44,7 @@ _POST_PATH = "/v1/runtime/stream"
 VerifyCapability = Callable[[str], Capability]
 VerifyUser = Callable[[str], Mapping[str, Any]]
 TaskOwner = Callable[[str], str | None]  # task id -> its user, or None
+AdmitOutput = Callable[[Capability], None]  # raises a StewardError to refuse the output
 
 
 class _Channel:
@@ -61,8 +65,10 @@ class StreamHub(Running):
         host: str = "127.0.0.1",
         port: int = 0,
         keepalive_seconds: float = KEEPALIVE_SECONDS,
+        admit: AdmitOutput | None = None,
     ) -> None:
         self.verify_capability = verify_capability
+        self.admit = admit
         self.verify_user = verify_user
         self.task_owner = task_owner
         self.host = host
@@ -145,6 +151,12 @@ class _Handler(LocalHandler):
             raise Refused(401, "unauthorized", "send the capability as Authorization: Bearer") from None
         text = self.read_body(MAX_CHUNK_BYTES, chunked=False).decode("utf-8", errors="replace")
         end = parse_qs(parts.query).get("end") == ["1"]
+        if hub.admit is not None and (text or not end):
+            try:
+                hub.admit(capability)
+            except StewardError as refused:
+                self.send_json(refused.status, refused.to_body())
+                return
         hub.publish(capability.task_id, text, end=end)
         self.send(204)
 
