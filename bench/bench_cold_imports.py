@@ -2,9 +2,18 @@
 
 A cold start pays for the handler's imports before the first event; GitHub gives a webhook
 delivery 10 s and API Gateway a relay call its integration timeout. Each figure is the
-median of fresh interpreters (no bytecode written, so no run warms the next one's cache);
-the ratio's aim is at most 1.5 for the relay and the webhook. Also lists which heavy
-modules each handler loads at import.
+median of fresh interpreters, the handler's runs alternating with boto3's so that both see
+the same machine; the ratio's aim is at most 1.0 for the relay and 1.5 for every other
+handler. Also lists which heavy modules each handler loads at import
+(tests/unit/test_cold_imports.py holds which it may).
+
+What is timed is the interpreter's CPU time for the import, not the wall clock: an import
+is CPU work, and on a shared machine the wall clock also counts the time other processes
+hold the CPU (the same code measured 1.2x to 2.0x boto3 by wall clock in one minute). Both
+sides load from bytecode, as installed packages do: one untimed run of each statement
+first writes whatever bytecode is missing (the development tree often has none, as
+`PYTHONDONTWRITEBYTECODE` is common), then the timed runs write none, so none warms the
+next one's cache.
 
     .venv/bin/python bench/bench_cold_imports.py
 """
@@ -26,26 +35,49 @@ HANDLERS = (
     "steward.heartbeat_handler",
     "steward.reaper_handler",
 )
-HEAVY = ("githubkit", "githubkit_schemas", "httpx", "aws_xray_sdk", "yaml", "steward.cli", "boto3")
-RUNS = 5
+HEAVY = (
+    "githubkit",
+    "githubkit_schemas",
+    "httpx",
+    "aws_xray_sdk",
+    "yaml",
+    "steward.cli",
+    "boto3",
+    "pydantic.main",
+    "steward.domain.documents",
+)
+AIMS = {"steward.relay_handler": 1.0}  # every other handler: DEFAULT_AIM
+DEFAULT_AIM = 1.5
+RUNS = 7
 
 
-def cold_seconds(statement: str) -> float:
-    runs = []
+def _one_run(statement: str, *, write_bytecode: bool = False) -> float:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if not write_bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import time; t = time.process_time(); {statement}; print(time.process_time() - t)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return float(out.stdout)
+
+
+def cold_seconds(*statements: str) -> list[float]:
+    """The median CPU seconds of each statement, their runs alternating."""
+    for statement in statements:
+        _one_run(statement, write_bytecode=True)  # untimed: both sides load from bytecode
+    runs: list[list[float]] = [[] for _ in statements]
     for _ in range(RUNS):
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-        )
-        runs.append(float(out.stdout))
-    return statistics.median(runs)
+        for times, statement in zip(runs, statements, strict=True):
+            times.append(_one_run(statement))
+    return [statistics.median(times) for times in runs]
 
 
 def heavy_modules(module: str) -> list[str]:
@@ -55,20 +87,19 @@ def heavy_modules(module: str) -> list[str]:
     return loaded
 
 
-def import_ratio(module: str, boto: float | None = None) -> str:
+def import_ratio(module: str) -> str:
     """One line: the module's cold import, boto3's, their ratio and the heavy modules loaded."""
-    boto = cold_seconds("import boto3") if boto is None else boto
-    seconds = cold_seconds(f"import {module}")
+    boto, seconds = cold_seconds("import boto3", f"import {module}")
     return (
-        f"import {module}: {seconds * 1000:.0f} ms; import boto3: {boto * 1000:.0f} ms; "
-        f"ratio (aim <= 1.5): {seconds / boto:.2f}; heavy modules loaded: {heavy_modules(module)}"
+        f"import {module}: {seconds * 1000:.0f} ms CPU; import boto3: {boto * 1000:.0f} ms CPU; "
+        f"ratio (aim <= {AIMS.get(module, DEFAULT_AIM)}): {seconds / boto:.2f}; "
+        f"heavy modules loaded: {heavy_modules(module)}"
     )
 
 
 def main() -> None:
-    boto = cold_seconds("import boto3")
     for module in HANDLERS:
-        print(import_ratio(module, boto))
+        print(import_ratio(module))
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 1. DynamoDB requests per admitted call, per refused call and per call whose maxTokens was
    lowered (aim 2 and 1; lowering may take one more);
 2. relay calls per second on one task against the moto server, as a ratio to pairs of raw
-   conditional UpdateItem calls on the same server in the same run (aim >= 0.8);
+   conditional UpdateItem calls on the same server in the same run (aim >= 0.8), and to the
+   relay's own two writes issued raw, as the relay issues them (aim >= 0.95);
 3. the share of the cap spent before the first 402 under 100 concurrent callers that retry
    on 429 (aim >= 0.9);
-4. import time of the relay handler module in a fresh interpreter, as a ratio to
-   `import boto3` alone (aim <= 1.5), each the median of 5 runs.
+4. the CPU time of importing the relay handler module in a fresh interpreter, as a ratio
+   to `import boto3` alone (aim <= 1.0), each the median of 7 runs
+   (`bench/bench_cold_imports.py` says why CPU time).
 
     .venv/bin/python bench/relay.py
 """
@@ -105,7 +107,8 @@ def throughput(kit: RelayKit) -> None:
         return ROUNDS / (time.perf_counter() - start)
 
     def same_shape_pairs() -> float:
-        """The relay's own two writes, issued raw: what the relay adds beyond its I/O."""
+        """The relay's own two writes, issued raw: what the relay adds beyond its I/O. The
+        settlement is given `now`, as the relay's is, so it also writes the spend bucket."""
         start = time.perf_counter()
         now = utcnow()
         for n in range(ROUNDS):
@@ -121,7 +124,11 @@ def throughput(kit: RelayKit) -> None:
                 now=now,
             )
             kit.budget.settle(
-                task_id=task.id, reservation_id=rid, reserved=Decimal("0.001"), actual=Decimal("0.0001")
+                task_id=task.id,
+                reservation_id=rid,
+                reserved=Decimal("0.001"),
+                actual=Decimal("0.0001"),
+                now=now,
             )
         return ROUNDS / (time.perf_counter() - start)
 
@@ -136,7 +143,7 @@ def throughput(kit: RelayKit) -> None:
     print(f"raw conditional UpdateItem pairs/s:         {raw_rate:.1f}  (ADD with a 2-clause condition)")
     print(f"ratio (aim >= 0.8):                         {relay_rate / raw_rate:.2f}")
     print(f"raw reserve+settle pairs/s (same writes):   {shaped_rate:.1f}")
-    print(f"ratio to the same writes issued raw:        {relay_rate / shaped_rate:.2f}")
+    print(f"ratio to the same writes issued raw:        {relay_rate / shaped_rate:.2f}  (aim >= 0.95)")
 
 
 def share_before_first_402(kit: RelayKit) -> None:

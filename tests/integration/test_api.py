@@ -16,6 +16,7 @@ import pytest
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
 from steward.config import Settings
+from steward.domain.ids import plan_id
 from steward.local.dev_auth import DevIssuer
 from steward.local.stack import LocalStack
 from steward.wiring import Services
@@ -140,6 +141,83 @@ def test_a_cursor_that_decodes_to_deep_json_is_400(alice: Api) -> None:
     response = alice("GET", "/v1/plans", params={"cursor": cursor})
     assert response.status_code == 400
     assert error_of(response)["field"] == "cursor"
+
+
+def encoded_cursor(key: Any) -> str:
+    """A cursor as the API encodes one (base64url of the JSON key, unpadded): forged here."""
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
+
+
+# Each list route, its query, and a well-formed cursor of alice's own (the page key the
+# route's table or index returns); the rows below forge it.
+CURSOR_ROUTES = {
+    "plans": ("/v1/plans", {}, {"user": "alice", "slug": "cursor-plan"}),
+    "tasks": ("/v1/tasks", {}, {"task_id": "t1", "user": "alice", "created_key": "2026-01-01T00:00:00Z#t1"}),
+    "tasks of a plan": (
+        "/v1/tasks",
+        {"plan": "cursor-plan"},
+        {
+            "task_id": "t1",
+            "plan_id": plan_id("alice", "cursor-plan"),
+            "created_key": "2026-01-01T00:00:00Z#t1",
+        },
+    ),
+}
+WRONG_TYPES: list[Any] = [5, 1.5, True, None, [], ["alice"], {"S": "x"}, ""]
+NOT_OBJECTS: list[Any] = [[], ["alice"], "alice", 7, None, True]
+
+
+def forged_cursors(key: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(what is wrong, the decoded cursor): every key of the right user with a wrong type,
+    each key missing, extra keys, JSON that is not an object, and another user's cursor."""
+    rows: list[tuple[str, Any]] = []
+    for name in key:
+        rows += [(f"{name} = {value!r}", {**key, name: value}) for value in WRONG_TYPES]
+        rows.append((f"{name} missing", {k: v for k, v in key.items() if k != name}))
+    rows += [
+        ("an extra key", {**key, "extra": "x"}),
+        ("an extra attribute of the item", {**key, "status": "queued"}),
+        ("an empty object", {}),
+    ]
+    rows += [(f"not an object: {value!r}", value) for value in NOT_OBJECTS]
+    owner = "plan_id" if "plan_id" in key else "user"
+    other = plan_id("bob", "cursor-plan") if owner == "plan_id" else "bob"
+    rows.append(("another user's cursor", {**key, owner: other}))
+    return rows
+
+
+@pytest.mark.parametrize("route", list(CURSOR_ROUTES))
+def test_a_forged_cursor_is_400_naming_cursor_on_every_list_route(alice: Api, route: str) -> None:
+    path, query, key = CURSOR_ROUTES[route]
+    alice("PUT", "/v1/plans/cursor-plan", {"markdown": document("Listed")})
+    well_formed = alice("GET", path, params={**query, "cursor": encoded_cursor(key)})
+    assert well_formed.status_code == 200, well_formed.text  # the rows below differ only by the forgery
+    wrong = {}
+    for what, forged in forged_cursors(key):
+        response = alice("GET", path, params={**query, "cursor": encoded_cursor(forged)})
+        if response.status_code != 400 or error_of(response).get("field") != "cursor":
+            wrong[what] = (response.status_code, response.text[:200])
+    assert wrong == {}
+
+
+def test_task_lists_page_with_the_cursors_they_return(alice: Api, backend: Services) -> None:
+    alice("PUT", "/v1/plans/paged-tasks", {"markdown": document(*numbered(2))})
+    alice("POST", "/v1/plans/paged-tasks/confirm")
+    plan = backend.plans.get("alice", "paged-tasks")
+    spawned = {spawn_item(backend, plan, ordinal)[0].id for ordinal in (1, 2)}
+    for query in ({}, {"plan": "paged-tasks"}):
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = alice(
+                "GET", "/v1/tasks", params={**query, "limit": 1, **({"cursor": cursor} if cursor else {})}
+            )
+            assert page.status_code == 200, page.text
+            seen += [task["id"] for task in page.json()["tasks"]]
+            cursor = page.json()["next"]
+            if not cursor:
+                break
+        assert spawned <= set(seen), query
 
 
 @pytest.mark.parametrize(
@@ -403,6 +481,44 @@ def test_a_plan_shows_its_outcomes_and_what_its_tasks_cost(alice: Api, backend: 
     assert Decimal(shown["cost_usd"]) == Decimal("1.50")
     listed = next(p for p in alice("GET", "/v1/plans").json()["plans"] if p["slug"] == "outcomes")
     assert (listed["outcomes"], listed["cost_usd"]) == (shown["outcomes"], shown["cost_usd"])
+
+
+def test_a_plan_says_what_confirming_may_spend_and_shows_an_edited_items_open_pull_request(
+    alice: Api, backend: Services
+) -> None:
+    """`max_spend`: pending items x budget_usd x max_attempts (a done item starts nothing);
+    an item edited while its task awaits review names that task and its pull request
+    (`earlier_reviews`) until the pull request is merged or closed."""
+    from steward.domain.models import TaskStatus, utcnow  # noqa: PLC0415
+
+    items = ["First: change module 1", "Second: change module 2", "[x] Done by hand"]
+    markdown = document(*items).replace("checks:", "budget_usd: 0.5\nmax_attempts: 2\nchecks:")
+    alice("PUT", "/v1/plans/spend", {"markdown": markdown})
+    shown = alice("GET", "/v1/plans/spend").json()
+    assert shown["max_spend"] == {"usd": "2.0", "items": 2, "budget_usd": "0.5", "attempts": 2}
+    assert [i["earlier_reviews"] for i in shown["items"]] == [[], [], []]
+
+    alice("POST", "/v1/plans/spend/confirm")
+    tasks = backend.tasks.tasks
+    task, _ = spawn_item(backend, backend.plans.get("alice", "spend"), 1)
+    now = utcnow()
+    task = tasks.claim(task, runtime_id="r", now=now, deadline=now + timedelta(hours=1))
+    pr_url = f"https://github.com/{DOCUMENT_REPO}/pull/7"
+    task, _ = tasks.transition(
+        task, TaskStatus.REVIEW, now=utcnow(), event="finished", extra={"pr_url": pr_url}
+    )
+    tasks.project_item(task, now=utcnow())
+    edited = markdown.replace("First: change module 1", "First: change module 1, differently")
+    alice("PUT", "/v1/plans/spend", {"markdown": edited})
+    alice("POST", "/v1/plans/spend/confirm")
+    first = alice("GET", "/v1/plans/spend").json()["items"][0]
+    assert (first["status"], first["task_id"], first["revision"]) == ("pending", None, 2)
+    assert first["earlier_reviews"] == [{"task_id": task.id, "revision": 1, "attempt": 1, "pr_url": pr_url}]
+    listed = next(p for p in alice("GET", "/v1/plans").json()["plans"] if p["slug"] == "spend")
+    assert listed["items"][0]["earlier_reviews"] == first["earlier_reviews"]
+
+    tasks.transition(task, TaskStatus.MERGED, now=utcnow(), event="github_event")
+    assert alice("GET", "/v1/plans/spend").json()["items"][0]["earlier_reviews"] == []
 
 
 def test_a_waiting_item_says_why_through_the_api(stack: LocalStack, backend: Services) -> None:

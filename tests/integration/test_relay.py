@@ -9,13 +9,13 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from urllib.parse import urlsplit
 
 import pytest
 from steward.adapters.dynamo import count_requests
 from steward.adapters.price_file import load_price_table
-from steward.domain.budget import input_bound_tokens, max_cost
+from steward.domain.budget import affordable_max_tokens, input_bound_tokens, max_cost, min_call_cost
 from steward.domain.converse import ConverseRequest, payload_bytes
 from steward.domain.errors import (
     BadRequest,
@@ -99,6 +99,63 @@ def test_room_held_by_calls_in_flight_is_429_and_settled_room_gone_is_402(kit: R
     with pytest.raises(BudgetExhausted):
         kit.call(task)
     assert kit.spent(task) == (Decimal("0.0099"), Decimal("0.0099"))
+
+
+PRICEY = load_price_table().entry("scripted-pricey")  # $100 in, $500 out per million tokens
+# (what the call sends, its maxTokens, what the answer tells the caller to do). Against $0.4999
+# left of $0.50: an input whose bound alone costs more; one that leaves room for fewer output
+# tokens than the relay's floor (256); one that asked fewer still, and not even those fit.
+TOO_LARGE_CALLS = [
+    ("x" * 6000, 4096, "send a shorter input"),
+    ("x" * 4200, 4096, "send inferenceConfig.maxTokens of at most "),
+    ("x" * 4200, 200, "send inferenceConfig.maxTokens of at most "),
+]
+
+
+def usd(amount: Decimal, rounding: str) -> str:
+    return f"${amount.quantize(Decimal('0.000001'), rounding=rounding).normalize():f}"
+
+
+@pytest.mark.parametrize(("text", "max_tokens", "remedy"), TOO_LARGE_CALLS)
+def test_a_call_too_large_for_what_is_left_says_so_with_the_figures_not_that_the_budget_is_spent(
+    kit: RelayKit, text: str, max_tokens: int, remedy: str
+) -> None:
+    task = kit.running_task(budget="0.50", model="scripted-pricey")
+    reserve(kit, task, "rspent", cost=Decimal("0.0001"), cap=Decimal("0.50"), minutes=5)
+    kit.budget.settle(
+        task_id=task.id, reservation_id="rspent", reserved=Decimal("0.0001"), actual=Decimal("0.0001")
+    )
+    body = ask(text, max_tokens=max_tokens)
+    with pytest.raises(BudgetExhausted) as refused:  # 402, as a spent budget is
+        kit.call(task, body)
+    error = refused.value.to_body()["error"]
+    assert (refused.value.status, error["code"]) == (402, "call_exceeds_budget")
+    bound = input_bound_tokens(payload_bytes(ConverseRequest.model_validate(body)))
+    floor = min(max_tokens, 256)
+    message = str(error["message"])
+    assert message.startswith(
+        f"this call may cost up to {usd(max_cost(PRICEY, bound, floor), ROUND_CEILING)} "
+        f"(up to {bound} input tokens and {floor} output tokens), "
+        "more than the $0.4999 left of the task's budget: "
+    ), message
+    assert remedy in message
+    fits = affordable_max_tokens(PRICEY, bound, Decimal("0.4999"))
+    if "at most" in remedy:  # what it says fits is admitted
+        assert message.endswith(f"at most {fits}, or a shorter input")
+        assert kit.call(task, ask(text, max_tokens=fits)).max_tokens == fits
+    else:
+        assert fits == 0
+    assert kit.spent(task)[0] <= Decimal("0.50")
+
+
+def test_a_budget_left_below_the_smallest_call_is_spent(kit: RelayKit) -> None:
+    task = kit.running_task(budget="0.50", model="scripted-pricey")
+    spent = Decimal("0.50") - min_call_cost(PRICEY) + Decimal("0.000001")
+    reserve(kit, task, "rspent", cost=spent, cap=Decimal("0.50"), minutes=5)
+    kit.budget.settle(task_id=task.id, reservation_id="rspent", reserved=spent, actual=spent)
+    with pytest.raises(BudgetExhausted) as refused:  # what is left pays for less than 1 KiB in
+        kit.call(task, ask("x" * 1500, max_tokens=4096))
+    assert (refused.value.code, refused.value.message) == ("budget_exhausted", "the task's budget is spent")
 
 
 def test_settlement_replayed_changes_nothing(kit: RelayKit) -> None:
@@ -252,6 +309,30 @@ def test_the_relay_lambda_answers_429_with_retry_after_over_http(
         ok = httpx.post(url, json=ask(), headers={"Authorization": f"Bearer {kit.capability(task)}"})
         assert ok.status_code == 200
         assert set(ok.json()["steward"]) == {"cost_usd", "remaining_usd", "max_tokens"}
+
+
+def test_the_runners_surface_lowers_max_tokens_to_the_models_limit_where_bedrocks_refuses(
+    kit: RelayKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A price table of one's own may cap a model's output below what the runner asks for:
+    Steward's own surface admits the model's limit and says so; the Bedrock surface answers
+    as Bedrock would, naming the field."""
+    import httpx  # noqa: PLC0415
+    from steward import relay_handler, wiring  # noqa: PLC0415
+
+    monkeypatch.setattr(wiring, "relay", lambda: kit.relay)
+    task = kit.running_task(budget="1.00", model="scripted")
+    limit = kit.relay.prices.entry("scripted").max_output_tokens
+    headers = {"Authorization": f"Bearer {kit.capability(task)}"}
+    with LambdaHttpServer(relay_handler.lambda_handler, kind="rest_api") as server:
+        own = httpx.post(f"{server.url}/v1/relay/converse", json=ask(max_tokens=limit + 1), headers=headers)
+        assert own.status_code == 200, own.text
+        assert own.json()["steward"]["max_tokens"] == limit
+        bedrock = httpx.post(
+            f"{server.url}/model/scripted/converse", json=ask(max_tokens=limit + 1), headers=headers
+        )
+        assert bedrock.status_code == 400
+        assert bedrock.json()["error"]["field"] == "inferenceConfig.maxTokens"
 
 
 def test_the_capabilitys_own_ceiling_binds_below_the_tasks_budget(kit: RelayKit) -> None:

@@ -6,12 +6,16 @@ task, not from what the client was told."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import logging
 import ssl
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -33,6 +37,7 @@ from steward.domain.models import Task, utcnow
 from steward.domain.routes import RELAY_BINARY_MEDIA_TYPES
 from steward.local import tls
 from steward.local.http_adapter import LambdaHttpServer
+from steward.local.http_base import LocalHandler
 from steward.services.brake import CachedBrake
 from steward.wiring import Services
 
@@ -368,6 +373,121 @@ def test_the_brake_refuses_both_clients_with_503_and_charges_nothing(relay: Rela
     assert relay.bedrock(task).converse(modelId="scripted", messages=HELLO)["stopReason"] == "end_turn"
 
 
+LONG = "x" * 4200  # with scripted-pricey, leaves room in $0.4999 for fewer than 256 output tokens
+TOO_LARGE = [  # every relay surface: (path, body, the error as the client reads it, the field to lower)
+    (
+        "/v1/relay/converse",
+        {"messages": [{"role": "user", "content": [{"text": LONG}]}]},
+        lambda body: (body["error"]["code"], body["error"]["message"]),
+        "inferenceConfig.maxTokens",
+    ),
+    (
+        "/model/scripted-pricey/converse",
+        {"messages": [{"role": "user", "content": [{"text": LONG}]}]},
+        lambda body: (body["error"]["code"], body["message"]),
+        "inferenceConfig.maxTokens",
+    ),
+    (
+        "/model/scripted-pricey/converse-stream",
+        {"messages": [{"role": "user", "content": [{"text": LONG}]}]},
+        lambda body: (body["error"]["code"], body["message"]),
+        "inferenceConfig.maxTokens",
+    ),
+    (
+        "/v1/chat/completions",
+        {"model": "scripted-pricey", "messages": [{"role": "user", "content": LONG}]},
+        lambda body: (body["error"]["code"], body["error"]["message"]),
+        "max_tokens",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "read", "field"), TOO_LARGE)
+def test_a_call_too_large_for_what_is_left_is_a_402_of_its_own_on_every_surface(
+    relay: Relay, path: str, body: dict[str, Any], read: Any, field: str
+) -> None:
+    task = relay.kit.running_task(budget="0.50", model="scripted-pricey")
+    spent = Decimal("0.0001")
+    now = relay.kit.relay.clock()
+    refusal = relay.kit.budget.reserve(
+        task_id=task.id,
+        owner=task.user,
+        model=task.model,
+        token_cap=task.budget_usd,
+        cost=spent,
+        reservation_id="rspent",
+        expires_at=now + timedelta(minutes=5),
+        now=now,
+    )
+    assert refusal is None
+    relay.kit.budget.settle(task_id=task.id, reservation_id="rspent", reserved=spent, actual=spent)
+    answer = httpx.post(
+        relay.url + path,
+        json=body,
+        headers={"Authorization": f"Bearer {relay.kit.capability(task)}"},
+        verify=relay.tls_context,
+    )
+    assert answer.status_code == 402, answer.text
+    code, message = read(answer.json())
+    assert code == "call_exceeds_budget"
+    assert "the $0.4999 left of the task's budget" in message
+    assert f"send {field} of at most " in message
+    if path.startswith("/model/"):
+        assert answer.headers["x-amzn-ErrorType"] == "ServiceQuotaExceededException"
+    if path == "/v1/chat/completions":
+        assert answer.json()["error"]["type"] == "insufficient_quota"
+        assert answer.headers["x-should-retry"] == "false"
+    assert relay.kit.spent(task) == (spent, spent)
+
+
+@contextmanager
+def relay_log() -> Iterator[io.StringIO]:
+    """What the relay handler's logger writes while the block runs, formatted as it writes it."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(relay_handler.logger.registered_formatter)
+    logger = logging.getLogger(relay_handler.logger.name)
+    logger.addHandler(handler)
+    try:
+        yield out
+    finally:
+        logger.removeHandler(handler)
+
+
+BRAKED_CALLS = [  # every relay surface: (path, body)
+    ("/v1/relay/converse", {"messages": HELLO}),
+    ("/model/scripted/converse", {"messages": HELLO}),
+    ("/model/scripted/converse-stream", {"messages": HELLO}),
+    ("/v1/chat/completions", {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}),
+]
+
+
+def test_a_brake_refusal_is_logged_as_a_refusal_never_an_error_with_a_traceback(relay: Relay) -> None:
+    store = BrakeStore(relay.kit.services.tables)
+    relay.kit.relay.brake = CachedBrake(store.read, ttl=0).engaged
+    task = relay.kit.running_task()
+    token = relay.kit.capability(task)
+    store.engage(reason="incident", by="operator", now=utcnow())
+    try:
+        for path, body in BRAKED_CALLS:
+            with relay_log() as out:
+                answer = httpx.post(
+                    relay.url + path,
+                    json=body,
+                    headers={"Authorization": f"Bearer {token}"},
+                    verify=relay.tls_context,
+                )
+            assert answer.status_code == 503, (path, answer.text)
+            lines = [json.loads(line) for line in out.getvalue().splitlines()]
+            assert [line["level"] for line in lines] == ["WARNING"], (path, lines)
+            assert "brake" in lines[0]["message"], (path, lines)
+            assert "exception" not in lines[0], path
+            assert "Traceback" not in out.getvalue(), path
+            assert token not in out.getvalue()
+    finally:
+        store.release(by="operator", now=utcnow())
+
+
 def test_an_unknown_route_answers_404_json_never_500(relay: Relay) -> None:
     task = relay.kit.running_task()
     for path in ("/model/scripted/invoke", "/v1/completions", "/nothing", "/model//converse"):
@@ -424,6 +544,44 @@ def test_openai_streamed_completion_ends_with_done_and_usage_when_asked(
     assert len(usage) == (1 if include_usage else 0)
     cost, committed = relay.kit.spent(task)
     assert cost == committed > 0  # settled as soon as the client has the last chunk
+
+
+def test_the_stock_openai_sdk_keeps_its_connection_across_streamed_calls(relay: Relay) -> None:
+    """The SDK stops reading a stream at `data: [DONE]` and drops a connection whose body it
+    left unread: unless the relay's stream ends so that the SDK meets `[DONE]` at the end of
+    the body (`steward.domain.openai_chat:sse`), every streamed call opens a new connection
+    (a TCP and a TLS handshake through API Gateway)."""
+    import openai  # noqa: PLC0415
+
+    connections: list[tuple[str, int]] = []
+
+    def count(handler: LocalHandler) -> bool:
+        connections.append(handler.client_address)  # one (address, port) per connection
+        return False  # then served as usual
+
+    task = relay.kit.running_task()
+    with LambdaHttpServer(
+        relay_handler.lambda_handler,
+        kind="rest_api",
+        binary_media_types=RELAY_BINARY_MEDIA_TYPES,
+        front=count,
+    ) as server:
+        client = openai.OpenAI(api_key=relay.kit.capability(task), base_url=f"{server.url}/v1", max_retries=0)
+        for _ in range(3):
+            chunks = list(
+                client.chat.completions.create(
+                    model="scripted",
+                    messages=[{"role": "user", "content": "Say hello."}],
+                    max_completion_tokens=64,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
+            assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+            assert [c.usage for c in chunks if c.usage is not None] != []
+        client.close()
+    assert len(connections) == 3
+    assert len(set(connections)) == 1, "each streamed call opened a new connection"
 
 
 def test_openai_tool_calls_round_trip(relay: Relay) -> None:
@@ -551,6 +709,62 @@ HOSTILE_REQUESTS: list[tuple[str, Any, int, str | None]] = [
     ),
     ("/v1/relay/converse", {"messages": HELLO, "system": [{"text": "x"}], "extra": nested(500)}, 400, None),
     (f"/model/{TOOLS_MODEL}/converse", {"messages": HELLO, "modelId": "another-model"}, 403, "modelId"),
+    # An issued credential disguised, or split across text blocks (the screen's own table of
+    # disguises is in tests/unit/test_redaction.py): refused on every surface.
+    (
+        "/v1/relay/converse",
+        {"messages": [{"role": "user", "content": [{"text": GITHUB_TOKEN[:9]}, {"text": GITHUB_TOKEN[9:]}]}]},
+        400,
+        "messages.0.content",
+    ),
+    (
+        f"/model/{TOOLS_MODEL}/converse",
+        {
+            "messages": [
+                {"role": "user", "content": [{"text": "keep " + GITHUB_TOKEN[:9]}]},
+                {"role": "assistant", "content": [{"text": GITHUB_TOKEN[9:]}]},
+                {"role": "user", "content": [{"text": "go on"}]},
+            ]
+        },
+        400,
+        "body",
+    ),
+    (
+        f"/model/{TOOLS_MODEL}/converse-stream",
+        {
+            "messages": [
+                {"role": "user", "content": [{"text": base64.b64encode(GITHUB_TOKEN.encode()).decode()}]}
+            ]
+        },
+        400,
+        "messages.0.content.0.text",
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "model": TOOLS_MODEL,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": GITHUB_TOKEN[:5]},
+                        {"type": "text", "text": GITHUB_TOKEN[5:]},
+                    ],
+                }
+            ],
+        },
+        400,
+        "messages.0.content",
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "model": TOOLS_MODEL,
+            "messages": [{"role": "user", "content": "\uff47\uff48\uff50_\u200b" + GITHUB_TOKEN[4:]}],
+        },
+        400,
+        "messages.0.content",
+    ),
 ]
 
 

@@ -564,11 +564,40 @@ def test_finish_reasons(stop_reason: str, finish: str) -> None:
 
 
 def test_sse_frames() -> None:
+    # `[DONE]`'s blank line is CRLF: the stock SDK then reads the body to its end and keeps
+    # the connection (tests/integration/test_relay_stock_clients.py counts them).
     assert (
         sse([{"a": "é"}, {"b": [1, 2]}])
-        == 'data: {"a":"é"}\n\ndata: {"b":[1,2]}\n\ndata: [DONE]\n\n'.encode()
+        == 'data: {"a":"é"}\n\ndata: {"b":[1,2]}\n\ndata: [DONE]\n\r\n'.encode()
     )
-    assert sse([]) == b"data: [DONE]\n\n"
+    assert sse([]) == b"data: [DONE]\n\r\n"
+
+
+def spec_events(body: bytes) -> tuple[list[str], list[str]]:
+    """The data of each event as the SSE specification reads a stream (lines end at CRLF, LF
+    or CR; a blank line dispatches), and the data lines still pending at the end."""
+    events: list[str] = []
+    pending: list[str] = []
+    text = body.decode("utf-8")
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for line in lines[:-1]:  # the last piece has no line end: not a line
+        if line == "":
+            if pending:
+                events.append("\n".join(pending))
+            pending = []
+        elif line.startswith("data:"):
+            pending.append(line[5:].removeprefix(" "))
+    return events, pending
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [[], [{"a": "é"}], [{"a": "line\nbreak"}, {"b": "\r"}, {"c": [1, 2]}], [{"error": {"code": "x"}}]],
+)
+def test_every_event_and_done_reach_a_reader_of_the_specification(chunks: list[dict[str, Any]]) -> None:
+    events, pending = spec_events(sse(chunks))
+    assert events == [*(json.dumps(c, separators=(",", ":"), ensure_ascii=False) for c in chunks), "[DONE]"]
+    assert pending == []
 
 
 # -- the stock client, end to end ---------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The redactor (DESIGN sections 6, 10, 11): every pattern, what must survive, fail-closed
+"""The redactor (README: "The runner", "Testing notes", "Guarantees"): every pattern, what must survive, fail-closed
 behaviour, and property tests that no part of a token leaks, whole, streamed or truncated."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import itertools
 import json
 import re
 import string
+import sys
 import threading
+import unicodedata
 from typing import Any
 from urllib.parse import quote
 
@@ -656,3 +658,79 @@ def test_tickets_carry_a_prefix_and_256_random_bits() -> None:
     for ticket in tickets:
         assert re.fullmatch(r"stwt_[A-Za-z0-9_-]{43}", ticket)
         assert redact(ticket) == REDACTED
+
+
+def _fullwidth(text: str) -> str:
+    """ASCII letters, digits and `_` as their fullwidth forms (U+FF01..), which NFKC maps back."""
+    return "".join(chr(ord(char) + 0xFEE0) if char.isalnum() or char == "_" else char for char in text)
+
+
+GHP = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
+TICKET = "stwt_" + "Tq0x9Vb-Lr_4Zk2Wm8Ns6Py1Jc3Hd5Fg7Ae9Bh1Ci3D"
+_ENCODED = _b64("config:\n" + "x" * 40 + f"\ntoken: {GHP}\n")
+WRAPPED = "\n".join(_ENCODED[at : at + 76] for at in range(0, len(_ENCODED), 76))  # as `base64` prints it
+# (how a credential is disguised, the text): each must still be refused by the relay.
+EVASIONS = [
+    ("base64", _b64(GHP)),
+    ("base64 in a sentence", f"please remember {_b64('the token is ' + GHP)} for later"),
+    ("urlsafe base64 without padding", base64.urlsafe_b64encode(GHS.encode()).decode().rstrip("=")),
+    ("base64 glued to a word", "value" + _b64("x" + GHP)),
+    ("base64 wrapped at 76 characters", WRAPPED),
+    ("base64 of base64", _b64(_b64(GHP))),
+    ("base64 of a ticket", _b64(TICKET)),
+    ("base64 of a capability", _b64(CAPABILITY)),
+    ("a zero-width space in the prefix", "gh\u200bp" + GHP[3:]),
+    ("a zero-width joiner in the body", GHP[:10] + "\u200d" + GHP[10:]),
+    ("a word joiner, a BOM and a soft hyphen", GHP[:2] + "\u2060" + GHP[2:8] + "\ufeff\u00ad" + GHP[8:]),
+    ("a right-to-left override", "\u202e" + GHP[:4] + "\u202c" + GHP[4:]),
+    ("zero-width spaces in a ticket", "\u200b".join(TICKET)),
+    ("zero-width spaces in a capability", CAPABILITY[:20] + "\u200b" + CAPABILITY[20:]),
+    ("a fullwidth prefix", _fullwidth("ghs_") + GHS[4:]),
+    ("a fullwidth token", _fullwidth(GHP)),
+    ("a fullwidth ticket", _fullwidth(TICKET)),
+    ("an uppercase prefix", "GHP_" + GHP[4:]),
+    ("a mixed-case prefix", "Ghs_" + GHS[4:]),
+    ("a mixed-case fine-grained prefix", "GitHub_PAT_" + "11ABCDEFG0" * 8),
+    ("an uppercase ticket prefix", "STWT_" + TICKET[5:]),
+    ("a fullwidth uppercase prefix", _fullwidth("GHP_") + GHP[4:]),
+    ("zero-width inside base64", "\u200b".join(_b64(GHP))),
+]
+# (what it is, the text): ordinary text the relay must forward.
+BENIGN = [
+    ("base64 of harmless text", _b64("Hello, world! This is an ordinary sentence, encoded for a test.")),
+    ("base64 of binary data", base64.b64encode(bytes(range(256)) * 8).decode()),
+    ("a wrapped base64 certificate-like blob", "\n".join([_b64("a" * 57)] * 6)),
+    ("code with unicode", "def grüße(name: str) -> str:\n    return f'naïve café — ½ ﬁle, 日本語 {name}'\n"),
+    (
+        "emoji sequences with zero-width joiners",
+        "family: 👨\u200d👩\u200d👧, flag: 🏳️\u200d🌈, rtl: \u202b\u05e9\u05dc\u05d5\u05dd\u202c",
+    ),
+    ("fullwidth prose", _fullwidth("fullwidth text with ghosts_and_ghouls")),
+    ("a constant in capitals", "GHS_CONFIG_DIRECTORY_PATH_NAME = 'x'\nGHO_FALLBACK_ORGANIZATION_LOGIN = 'y'"),
+    ("a long snake_case name", "def test_a_call_too_large_for_what_is_left_says_so(): pass"),
+    ("a SHA-256 digest", "sha256:" + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+    ("base64 of a JWT that is not a capability", _b64(JWT)),
+    ("base64 of a prefix alone", _b64("the ghp_ prefix and the stwt_ prefix are documented")),
+]
+
+
+@pytest.mark.parametrize(("how", "text"), EVASIONS, ids=[how for how, _ in EVASIONS])
+def test_the_relay_screen_sees_through_disguises(how: str, text: str) -> None:
+    assert redaction.issued_credential(text) is not None, how
+
+
+@pytest.mark.parametrize(("what", "text"), BENIGN, ids=[what for what, _ in BENIGN])
+def test_the_relay_screen_lets_ordinary_text_through(what: str, text: str) -> None:
+    assert redaction.issued_credential(text) is None, what
+
+
+def test_the_screen_strips_every_format_character_of_this_pythons_unicode() -> None:
+    """The screen's list of format characters (category Cf) is written out, for speed: every
+    one this Python's Unicode has must be on it, or a new one would hide a token."""
+    missing = [
+        f"U+{point:04X}"
+        for point in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(point)) == "Cf"
+        and redaction.issued_credential(f"gh{chr(point)}p_" + GHP[4:]) is None
+    ]
+    assert missing == []

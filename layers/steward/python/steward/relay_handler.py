@@ -1,8 +1,10 @@
 """Relay Lambda behind an API Gateway REST API (payload 1.0; its integration timeout is
-raised for model calls). Kept light on import: provider adapters load lazily, on the first
-call that needs them, and nothing here imports githubkit, httpx or the CLI.
+raised for model calls). Kept light on import: the relay service (its stores, boto3, the
+Converse models), each surface's translation and the provider adapters load on the first
+call that needs them (`wiring.relay()`, or inside the route), and nothing here imports
+githubkit, httpx, PyYAML or the CLI (`tests/unit/test_cold_imports.py` holds that).
 
-Surfaces (DESIGN section 5), each through the one admission, reservation and settlement of
+Surfaces (README: "The relay"), each through the one admission, reservation and settlement of
 `steward.services.relay`:
 
 * `POST /v1/relay/converse`: Steward's own (the runner's), a Converse body, the answer with a
@@ -35,7 +37,7 @@ import binascii
 import json
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -45,11 +47,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from steward import wiring
 from steward.api.http import install_error_handlers, json_response
 from steward.domain.errors import BadRequest, ProviderOutcomeUnknown
-from steward.domain.eventstream import CONTENT_TYPE as EVENT_STREAM
-from steward.domain.eventstream import encode_converse_stream
-from steward.domain.eventstream import exception as stream_exception
 from steward.observability import logger_for, metrics_for, tracer_for
-from steward.services.relay import RelayOutcome, Surface
+
+if TYPE_CHECKING:
+    from steward.services.relay import RelayOutcome
 
 OVER_REPORT_METRIC = "ProviderOverReport"
 
@@ -69,6 +70,7 @@ BEDROCK_ERRORS = {
 }
 BEDROCK_PROVIDER_ERRORS = {
     "provider_error": (424, "ModelErrorException"),
+    "model_cannot_answer": (424, "ModelErrorException"),
     "provider_outcome_unknown": (408, "ModelTimeoutException"),
 }
 # OpenAI's error types by status (the openai SDK reads `error.type`, `.param`, `.code`).
@@ -86,7 +88,14 @@ OPENAI_ERRORS = {
 # Refusals no retry changes, or that a retry would be charged for again: the openai SDK
 # retries 409 and every 5xx unless told not to.
 NO_RETRY_CODES = frozenset(
-    {"budget_exhausted", "brake_engaged", "lifecycle", "conflict", "provider_outcome_unknown"}
+    {
+        "budget_exhausted",
+        "call_exceeds_budget",
+        "brake_engaged",
+        "lifecycle",
+        "conflict",
+        "provider_outcome_unknown",
+    }
 )
 STREAM_FAILURE = "modelStreamErrorException"
 _BEDROCK_PREFIX = "/model/"
@@ -159,7 +168,9 @@ def _json(body: Any, headers: dict[str, str]) -> Response[str]:
 
 @app.post("/v1/relay/converse")
 def converse() -> Response[str]:
-    outcome = wiring.relay().converse(_authorization(), _body())
+    from steward.services.relay import RUNNER  # noqa: PLC0415 - loaded by wiring.relay() anyway
+
+    outcome = wiring.relay().converse(_authorization(), _body(), surface=RUNNER)
     headers = _answered(outcome)
     body = dict(outcome.response)
     body["steward"] = {
@@ -178,14 +189,16 @@ def bedrock_converse(model_id: str) -> Response[str]:
 
 @app.post("/model/<model_id>/converse-stream")
 def bedrock_converse_stream(model_id: str) -> Response[bytes]:
+    from steward.domain import eventstream  # noqa: PLC0415 - this route only
+
     outcome = wiring.relay().converse(_authorization(), _body(), model_id=unquote(model_id))
     headers = _answered(outcome)
     try:
-        stream = encode_converse_stream(outcome.response)
+        stream = eventstream.encode_converse_stream(outcome.response)
     except ValueError:  # settled already: a 5xx would be retried, and charged, again
         logger.exception("the provider's answer could not be streamed")
-        stream = stream_exception(STREAM_FAILURE, "the model's answer could not be streamed")
-    return Response(status_code=200, content_type=EVENT_STREAM, body=stream, headers=headers)
+        stream = eventstream.exception(STREAM_FAILURE, "the model's answer could not be streamed")
+    return Response(status_code=200, content_type=eventstream.CONTENT_TYPE, body=stream, headers=headers)
 
 
 class _Chat:
@@ -203,6 +216,7 @@ class _Chat:
 @app.post("/v1/chat/completions")
 def chat_completions() -> Response[str]:
     from steward.domain import openai_chat  # noqa: PLC0415 - this route only
+    from steward.services.relay import Surface  # noqa: PLC0415 - loaded by wiring.relay() anyway
 
     chat = _Chat()
     surface = Surface(

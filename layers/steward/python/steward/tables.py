@@ -37,6 +37,15 @@ class TableSpec:
     def physical_name(self, prefix: str) -> str:
         return f"{prefix}{self.logical_name}"
 
+    def page_key(self, index: str | None = None) -> dict[str, AttrType]:
+        """The attributes, with their types, of the key a query of the table (or of `index`)
+        ends a page with: the table's own key, plus the index's."""
+        keys = [self.partition, *([self.sort] if self.sort else [])]
+        if index is not None:
+            found = next(i for i in self.indexes if i.name == index)
+            keys += [found.partition, *([found.sort] if found.sort else [])]
+        return {key.name: key.type for key in keys}
+
     def create_table_kwargs(self, prefix: str) -> dict[str, Any]:
         """Arguments for boto3 `create_table` (on-demand, like the CDK tables)."""
         keys = [self.partition, *([self.sort] if self.sort else [])]

@@ -1,7 +1,9 @@
 """DynamoDB plumbing shared by the stores: table handles, error mapping, cursors.
 
 Stores speak the high-level resource API, whose client also serializes TransactWriteItems
-arguments; the resource comes from `steward.adapters.aws`.
+arguments; the resource comes from `steward.adapters.aws`. Nothing here imports boto3 at
+load (its `dynamodb` helpers load the whole of boto3): the deserializer and the key
+condition builder (`key`) load it on first use, with the first client.
 """
 
 from __future__ import annotations
@@ -13,20 +15,34 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from decimal import Decimal
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from steward.adapters import aws
 from steward.domain.errors import BadRequest
-from steward.tables import ALL_TABLES, TableSpec
+from steward.tables import ALL_TABLES, AttrType, TableSpec
 
 if TYPE_CHECKING:
+    from boto3.dynamodb.conditions import Key
+    from boto3.dynamodb.types import TypeDeserializer
     from mypy_boto3_dynamodb import DynamoDBClient, DynamoDBServiceResource
     from mypy_boto3_dynamodb.service_resource import Table
 
-_deserializer = TypeDeserializer()
+
+@cache
+def _deserializer() -> TypeDeserializer:
+    from boto3.dynamodb.types import TypeDeserializer  # noqa: PLC0415 - see the module docstring
+
+    return TypeDeserializer()
+
+
+def key(name: str) -> Key:
+    """boto3's key condition builder for the attribute `name` (`key("task_id").eq(...)`)."""
+    from boto3.dynamodb.conditions import Key  # noqa: PLC0415 - see the module docstring
+
+    return Key(name)
 
 
 class Tables:
@@ -98,7 +114,8 @@ def cancellation_reasons(error: ClientError) -> list[dict[str, Any]]:
 
 
 def deserialize(raw: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _deserializer.deserialize(v) for k, v in raw.items()}
+    deserializer = _deserializer()
+    return {k: deserializer.deserialize(v) for k, v in raw.items()}
 
 
 def plain(value: Any, *, floats: bool = False) -> Any:
@@ -165,18 +182,36 @@ def encode_cursor(last_key: Mapping[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str | None, *, must_match: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Decode a list cursor; it must belong to the caller's own partition (no id leaks)."""
+def decode_cursor(
+    cursor: str | None, key: Mapping[str, AttrType], *, must_match: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Decode a list cursor: exactly the page key `key` names (`TableSpec.page_key`), each
+    value of its type, and of the caller's own partition (no id leaks). Anything else is
+    400 naming `cursor`: DynamoDB (or boto3's serializer, for a float) would refuse it as a
+    500, and an extra attribute would be sent on as part of the key."""
     if not cursor:
         return None
+    refused = BadRequest("cursor is not one this API returned", field="cursor")
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        key = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        decoded = json.loads(base64.urlsafe_b64decode(padded.encode()))
     except (binascii.Error, ValueError, RecursionError) as exc:
-        raise BadRequest("cursor is not one this API returned", field="cursor") from exc
-    if not isinstance(key, dict) or any(key.get(k) != v for k, v in must_match.items()):
-        raise BadRequest("cursor is not one this API returned", field="cursor")
-    return key
+        raise refused from exc
+    if not isinstance(decoded, dict) or decoded.keys() != key.keys():
+        raise refused
+    for name, kind in key.items():
+        value = decoded[name]
+        # DynamoDB refuses an empty string in a key; "N" keys are integers here (no bool).
+        valid = (
+            isinstance(value, str) and value != ""
+            if kind == "S"
+            else isinstance(value, int) and not isinstance(value, bool)
+        )
+        if not valid:
+            raise refused
+    if any(decoded[k] != v for k, v in must_match.items()):
+        raise refused
+    return decoded
 
 
 @contextmanager

@@ -193,7 +193,7 @@ class PlanStore:
             "ExpressionAttributeValues": {":u": user},
             "Limit": limit,
         }
-        start = decode_cursor(cursor, must_match={"user": user})
+        start = decode_cursor(cursor, PLANS.page_key(), must_match={"user": user})
         if start:
             kwargs["ExclusiveStartKey"] = start
         page = self._table.query(**kwargs)
@@ -277,7 +277,7 @@ class PlanStore:
     def _update_and_wake(self, user: str, update: dict[str, Any]) -> Plan:
         """The plan update and the owner's loop wake-up in one transaction: the watermark
         advances (the loop will not take its no-progress shortcut) and the user joins the
-        scheduler's liveness index, or neither happens (DESIGN section 1)."""
+        scheduler's liveness index, or neither happens (README: "The loop")."""
         actions: list[Any] = [
             {"Update": {"TableName": self._tables.name(PLANS), **update}},
             {"Update": wake_update(self._tables, user)},

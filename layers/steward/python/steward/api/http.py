@@ -1,5 +1,5 @@
 """The HTTP boundary every resolver shares (API, relay, runtime routes, webhook): JSON
-answers, the mapping of `StewardError` to status and body (DESIGN section 4), 404 for an
+answers, the mapping of `StewardError` to status and body (README: "Identity and publishing rules"), 404 for an
 unknown route, a 500 that says nothing about the failure, and the body-size check.
 
 Powertools' resolvers keep the current event in shared state; each Lambda has one resolver
@@ -18,7 +18,7 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
-from steward.domain.errors import BadRequest, RetryLater, StewardError, TooLarge
+from steward.domain.errors import BadRequest, BrakeEngaged, RetryLater, StewardError, TooLarge
 from steward.observability import HandlerMetrics
 
 
@@ -66,7 +66,11 @@ def install_error_handlers(
 
     def domain_error(exc: StewardError) -> Response[str]:
         count(f"Refused{exc.status}")
-        if exc.status >= 500:
+        if isinstance(exc, BrakeEngaged):
+            # The operators' decision (or the spend breaker's), answered as designed: a refusal
+            # to note, not a failure to page anyone about, and nothing a traceback explains.
+            logger.warning(f"refused: {exc.message}", extra={"status": exc.status, "code": exc.code})
+        elif exc.status >= 500:
             logger.exception("internal error")
         headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RetryLater) else {}
         return answer(exc.status, exc.to_body(), headers)

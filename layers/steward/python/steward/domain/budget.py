@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import datetime
-from decimal import Context, Decimal, Inexact, localcontext
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, Inexact, localcontext
 
-from steward.domain.errors import Forbidden, LifecycleError
+from steward.domain.errors import BudgetExhausted, CallExceedsBudget, Forbidden, LifecycleError
 from steward.domain.prices import PriceEntry
 
 _MILLION = Decimal(1_000_000)
 _EXACT = Context(prec=100, traps=[Inexact])
+_MICRO = Decimal("0.000001")
 
 # Below this many output tokens a call is not worth making: the relay refuses instead of
 # lowering `maxTokens` further (`steward.services.relay`), and publish refuses a budget that
@@ -104,6 +105,35 @@ def min_call_cost(entry: PriceEntry) -> Decimal:
     budget below it cannot pay for one call the relay would admit at its floor."""
     output = min(MIN_OUTPUT_TOKENS, entry.max_output_tokens)
     return max_cost(entry, input_bound_tokens(MIN_CALL_INPUT_BYTES), output)
+
+
+def _usd(amount: Decimal, rounding: str) -> str:
+    """`amount` for a person: to the millionth of a dollar, rounded the way `rounding` says."""
+    return f"${amount.quantize(_MICRO, rounding=rounding).normalize():f}"
+
+
+def unaffordable(
+    entry: PriceEntry, input_bound: int, floor: int, left: Decimal, *, max_tokens_field: str
+) -> BudgetExhausted:
+    """The 402 for a call whose maximum cost with `floor` output tokens (the fewest it takes)
+    is more than `left`, what the budget has after settled spend. When `left` cannot pay even
+    the smallest call (`min_call_cost`), the budget is spent. Otherwise it is this call that
+    is too large: the answer says so, with the figures (the cost rounded up, what is left
+    rounded down) and what would fit, `max_tokens_field` being the caller's own name for it."""
+    if left < min_call_cost(entry):
+        return BudgetExhausted("the task's budget is spent", field="budget")
+    fits = affordable_max_tokens(entry, input_bound, left)
+    remedy = (
+        f"send {max_tokens_field} of at most {fits}, or a shorter input"
+        if fits > 0
+        else "send a shorter input (its bound alone costs more than is left)"
+    )
+    return CallExceedsBudget(
+        f"this call may cost up to {_usd(max_cost(entry, input_bound, floor), ROUND_CEILING)} "
+        f"(up to {input_bound + entry.input_overhead_tokens} input tokens and {floor} output "
+        f"tokens), more than the {_usd(left, ROUND_FLOOR)} left of the task's budget: {remedy}",
+        field="budget",
+    )
 
 
 def affordable_max_tokens(entry: PriceEntry, input_bound: int, room: Decimal) -> int:

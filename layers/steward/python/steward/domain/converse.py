@@ -284,6 +284,59 @@ def escape_surrogates(json_text: str) -> str:
     return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", json_text)
 
 
+JOIN_WINDOW = 4096  # longer than any issued credential, even base64 of base64 of one
+
+
+def joined_texts(data: Any, window: int = JOIN_WINDOW) -> Iterator[tuple[str, str]]:
+    """What a screen must see beyond each text alone: a model reads adjacent text blocks
+    (objects with a string `text`: a message's content, `system`, a tool result's content)
+    as one text, so a credential can be split across two. All of them joined in document
+    order, the text around each place where one block meets the next (`window` characters
+    either side, windows that overlap merged: linear in the body), each with the field of the
+    list holding its blocks, or `body` when they stand in more than one list. Iterative."""
+    blocks: list[tuple[str, str]] = []  # (the field of the list, the text), in document order
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        field, value = stack.pop()
+        if isinstance(value, dict):
+            items: Any = [(key if _PLAIN_KEY.fullmatch(key) else "*", item) for key, item in value.items()]
+        elif isinstance(value, list):
+            blocks += [
+                (field or "body", item["text"])
+                for item in value
+                if isinstance(item, dict) and isinstance(item.get("text"), str)
+            ]
+            items = enumerate(value)
+        else:
+            continue
+        # Depth-first, in order: a list's own blocks come before any nested deeper in it.
+        stack.extend(
+            reversed(
+                [
+                    (f"{field}.{key}" if field else str(key), item)
+                    for key, item in items
+                    if isinstance(item, dict | list)
+                ]
+            )
+        )
+    if len(blocks) < 2:
+        return
+    joined = "".join(text for _, text in blocks)
+    start = end = -1
+    fields: set[str] = set()
+    offset = 0
+    for index in range(1, len(blocks)):
+        offset += len(blocks[index - 1][1])
+        if offset - window > end and fields:  # this meeting's window does not touch the last
+            yield (next(iter(fields)) if len(fields) == 1 else "body"), joined[start:end]
+            fields = set()
+        if not fields:
+            start = max(0, offset - window)
+        end = offset + window
+        fields |= {blocks[index - 1][0], blocks[index][0]}
+    yield (next(iter(fields)) if len(fields) == 1 else "body"), joined[start:end]
+
+
 def text_fields(data: Any, root: str = "") -> Iterator[tuple[str, str]]:
     """Every string of the JSON value `data`, object keys included, with the field it is in,
     dotted as `BadRequest` names fields (`messages.0.content.1.text`, below `root` if given);

@@ -1,4 +1,4 @@
-"""Domain errors. Each maps to one HTTP status and the JSON error of DESIGN section 4.
+"""Domain errors. Each maps to one HTTP status and the JSON error of README: "Identity and publishing rules".
 
 Adapters translate storage failures (for example DynamoDB's ConditionalCheckFailed) into
 these, so services and handlers never see a botocore exception.
@@ -54,6 +54,14 @@ class BudgetExhausted(StewardError):
     code = "budget_exhausted"
 
 
+class CallExceedsBudget(BudgetExhausted):
+    """What is left of the budget pays for smaller calls, not this one: its maximum cost (its
+    input's bound and the fewest output tokens it accepts) is more. A smaller maxTokens or a
+    shorter input is admitted; a 402 like a spent budget, told apart by its code."""
+
+    code = "call_exceeds_budget"
+
+
 class Forbidden(StewardError):
     status = 403
     code = "forbidden"
@@ -73,7 +81,7 @@ class NoSuchContent(NotFound):
 
 
 class LifecycleError(StewardError):
-    """A transition the lifecycle of DESIGN section 3 does not allow."""
+    """A transition the lifecycle of README: "Lifecycles" does not allow."""
 
     status = 409
     code = "lifecycle"
@@ -119,6 +127,14 @@ class BrakeEngaged(StewardError):
 class ProviderError(StewardError):
     status = 502
     code = "provider_error"
+
+
+class ModelCannotAnswer(ProviderError):
+    """The model can never do this task, whatever the attempt (the scripted model has no play
+    for it): nothing was charged, and the message says what to do instead."""
+
+    status = 422
+    code = "model_cannot_answer"
 
 
 class ProviderOutcomeUnknown(ProviderError):

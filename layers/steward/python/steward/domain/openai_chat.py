@@ -714,10 +714,20 @@ def completion_chunks(
     return chunks
 
 
+# The blank line that ends `[DONE]` is CRLF, after the data line's LF: any end of line is
+# one in SSE, but the openai SDK's reader completes an event mid-body only at LF LF, CR CR or
+# CRLF CRLF, and reads this one at the end of the body instead. It stops reading at `[DONE]`
+# and drops a connection whose body it left unread (its HTTP library learns that the body
+# ended only when asked for more, even with a Content-Length): ending as OpenAI does, every
+# streamed call paid a new TCP and TLS handshake.
+_DONE = b"data: [DONE]\n\r\n"
+
+
 def sse(chunks: Iterable[Mapping[str, Any]]) -> bytes:
-    """Server-sent events of the chunks, ended by `data: [DONE]` as OpenAI ends a stream."""
+    """Server-sent events of the chunks, ended by `data: [DONE]` as OpenAI ends a stream
+    (its blank line is `_DONE`'s: the stock SDK then keeps its connection)."""
     events = [b"data: " + _compact(chunk).encode("utf-8") + b"\n\n" for chunk in chunks]
-    return b"".join(events) + b"data: [DONE]\n\n"
+    return b"".join(events) + _DONE
 
 
 def models_list(model_id: str, *, created: int) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Redaction: what every artifact, event, log line and stored screen tail passes before it is
-written (DESIGN sections 6, 10, 11). Pure: no I/O.
+written (README: "The runner", "Testing notes", "Guarantees"). Pure: no I/O.
 
 It fails closed: a `RedactionError` means redaction could not be guaranteed, and the caller
 must write nothing. Redacted are the exact values of the secrets the process holds (and their
@@ -30,8 +30,10 @@ stream holds is looked for only in the last run of characters that could belong 
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 import threading
+import unicodedata
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -731,11 +733,6 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return Redactor(secrets).redact(text)
 
 
-GITHUB_TOKEN = "a GitHub token"  # noqa: S105 - a kind of credential, not one
-STEWARD_TICKET = "a Steward ticket"
-STEWARD_CAPABILITY = "a Steward capability"
-
-
 def issued_credential(text: str, key_ids: Collection[str] = ()) -> str | None:
     """The kind of the first credential GitHub or Steward issued that `text` holds
     (`GITHUB_TOKEN`, `STEWARD_TICKET`, `STEWARD_CAPABILITY`), or None. What the relay refuses
@@ -743,7 +740,48 @@ def issued_credential(text: str, key_ids: Collection[str] = ()) -> str | None:
     base64 of `x-access-token:`), tickets by their prefix, and JWTs that are capabilities by
     their claims or, with `key_ids`, by their header's key id
     (`steward.domain.credentials.is_capability`). Generic shapes (any other JWT, AWS keys,
-    URL userinfo) are not looked for: repositories hold them in fixtures."""
+    URL userinfo) are not looked for: repositories hold them in fixtures.
+
+    A credential a model could still read back is found however it is disguised: in the text
+    as NFKC normalizes it with format characters (Unicode category Cf: zero-width and
+    bidirectional controls) removed, so `ghs_` in fullwidth letters (U+FF47...) or with a
+    zero-width space (U+200B) inside is `ghs_`; with its prefix in another case (`GHS_`, `Stwt_`: then the rest must hold a digit, as a
+    random token does and a constant's name such as `GHS_CONFIG_DIRECTORY` does not); and
+    inside base64 (standard or urlsafe, at any alignment, line-wrapped, nested twice). A
+    credential split across text blocks is the caller's to join (`steward.domain.converse:
+    joined_texts`). ASCII text skips the normalization, and only runs of 32 or more base64
+    characters are decoded (binary they decode to is searched only where it holds a run of
+    characters as long as a credential), so ordinary text costs a few scans in C."""
+    return _disguised(text, key_ids, _MAX_BASE64_DEPTH)
+
+
+GITHUB_TOKEN = "a GitHub token"  # noqa: S105 - a kind of credential, not one
+STEWARD_TICKET = "a Steward ticket"
+STEWARD_CAPABILITY = "a Steward capability"
+_MAX_BASE64_DEPTH = 2  # base64 of base64 of a credential is still found
+# Runs of characters are found by C-level scans only (two translations and `find`): text
+# without a run as long as the shortest credential looked for (`ghs_` and 20: 24 characters,
+# 32 in base64) costs a few passes in C. Other bytes become blanks.
+_BASE64_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
+_BASE64_MASK = bytes(byte if byte in _BASE64_BYTES else 0x20 for byte in range(256))
+# What an issued credential, or its base64, is written with: what binary is searched for.
+_TOKEN_MASK = bytes(byte if byte in _BASE64_BYTES or byte in b".=" else 0x20 for byte in range(256))
+_RUN_FLAT = bytes(0x20 if byte == 0x20 else 0x61 for byte in range(256))
+_URLSAFE_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+# Unicode's format characters (category Cf: soft hyphen, zero-width and bidirectional
+# controls, tags...) as of Unicode 15, written out: finding them by category would cost a
+# lookup per character. A test checks the running Python's Unicode has no other.
+_FORMAT_CHARS = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+# Rules whose opening literal a person (or a model) can write in another case and still mean.
+_PREFIXED_COMPILED = (_GITHUB_COMPILED[0], _GITHUB_COMPILED[1], _TICKET_COMPILED)
+
+
+def _issued(text: str, key_ids: Collection[str]) -> str | None:
+    """The credential `text` holds as written."""
     for rule in _GITHUB_COMPILED:
         if rule.full.search(text) is not None:
             return GITHUB_TOKEN
@@ -754,3 +792,84 @@ def issued_credential(text: str, key_ids: Collection[str] = ()) -> str | None:
             if is_capability(token, key_ids):
                 return STEWARD_CAPABILITY
     return None
+
+
+def _recased(lowered: str) -> str | None:
+    """A credential whose prefix is written in another case, in `lowered` (the text in lower
+    case; see `issued_credential`)."""
+    for rule in _PREFIXED_COMPILED:
+        for match in rule.full.finditer(lowered):
+            if any(char.isdigit() for char in match.group()):
+                return STEWARD_TICKET if rule is _TICKET_COMPILED else GITHUB_TOKEN
+    return None
+
+
+def _normalized(text: str) -> str:
+    """`text` as NFKC normalizes it, without format characters (category Cf)."""
+    if text.isascii():
+        return text
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return _FORMAT_CHARS.sub("", text)
+
+
+def _runs(data: bytes, mask: bytes, shortest: int, drop: bytes = b"") -> Iterator[bytes]:
+    """Every run of `shortest` or more of the bytes `mask` keeps, once `drop` is removed."""
+    masked = data.translate(mask, drop)
+    flat = masked.translate(_RUN_FLAT)
+    probe = b"a" * shortest
+    start = flat.find(probe)
+    while start >= 0:
+        end = flat.find(b" ", start)
+        end = len(flat) if end < 0 else end
+        yield masked[start:end]
+        start = flat.find(probe, end)
+
+
+def _base64_decodings(data: bytes) -> Iterator[bytes]:
+    """What every run of 32 or more base64 characters in `data` (text as UTF-8, or bytes
+    decoded already) decodes to, standard or urlsafe, line breaks dropped (base64 is wrapped
+    at 76), at each of the 4 alignments (a run glued to a word starts mid-quantum)."""
+    for found in _runs(data, _BASE64_MASK, 32, b"\r\n"):
+        run = found.translate(_URLSAFE_TO_STANDARD)
+        for shift in range(min(4, len(run) - 31)):
+            usable = len(run) - shift
+            try:
+                yield binascii.a2b_base64(run[shift : shift + usable - usable % 4])
+            except binascii.Error:
+                continue
+
+
+def _disguised(text: str, key_ids: Collection[str], depth: int) -> str | None:
+    kind = _issued(text, key_ids)
+    normal = _normalized(text)
+    if kind is None and normal is not text:
+        kind = _issued(normal, key_ids)
+    if kind is None:
+        lowered = normal.lower()
+        kind = _recased(lowered) if lowered != normal else None
+    if kind is None and depth > 0:
+        for decoded in _base64_decodings(normal.encode("utf-8", "surrogatepass")):
+            if (kind := _decoded(decoded, key_ids, depth - 1)) is not None:
+                break
+    return kind
+
+
+def _decoded(data: bytes, key_ids: Collection[str], depth: int) -> str | None:
+    """The credential decoded base64 holds: as text when it is UTF-8; else (binary) in what
+    is left once every byte a credential is not written with is a blank, looked at only when
+    that leaves a run as long as the shortest credential (random bytes almost never do)."""
+    try:
+        return _disguised(data.decode("utf-8"), key_ids, depth)
+    except UnicodeDecodeError:
+        pass
+    masked = data.translate(_TOKEN_MASK)
+    if masked.translate(_RUN_FLAT).find(b"a" * 24) < 0:
+        return None
+    text = masked.decode("ascii")
+    kind = _issued(text, key_ids) or _recased(text.lower())
+    if kind is None and depth > 0:
+        for decoded in _base64_decodings(masked):
+            if (kind := _decoded(decoded, key_ids, depth - 1)) is not None:
+                break
+    return kind

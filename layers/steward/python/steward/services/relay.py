@@ -1,4 +1,4 @@
-"""The relay: every model call admitted against the task's budget (DESIGN section 5).
+"""The relay: every model call admitted against the task's budget (README: "The relay").
 
 Per call: size bound (413) before anything touches storage; capability verified (401); the
 operators' global brake (503, read through a cache at most 5 s stale); body screened,
@@ -12,8 +12,9 @@ settles, never for more than the reservation.
 The screen refuses, before anything is charged, text that is not valid Unicode (a lone
 surrogate, which no provider takes) and every credential the relay must never hand to a
 provider: the bearer this call presents, any other Steward capability or ticket, and GitHub
-tokens (`steward.domain.redaction.issued_credential`). Generic shapes (any JWT, AWS keys,
-URL userinfo) pass: repositories hold them in fixtures.
+tokens (`steward.domain.redaction.issued_credential`), also when disguised (normalized,
+another case, base64) or split across text blocks (`steward.domain.converse.joined_texts`).
+Generic shapes (any JWT, AWS keys, URL userinfo) pass: repositories hold them in fixtures.
 
 A provider that reports more usage than the reservation could pay for is charged the
 reservation (the most the relay authorized for the call); the excess goes to the task's
@@ -22,7 +23,9 @@ only extra requests, and only then), and the handler emits the `ProviderOverRepo
 
 When the full `maxTokens` does not fit, it is lowered to what the room pays for (one more
 UpdateItem), and the call is refused only below a floor: 402 when settled spend leaves no
-room, 429 with Retry-After when the room is only held by calls in flight.
+room for it (`budget_exhausted` when what is left cannot pay even the smallest call,
+`call_exceeds_budget`, with the figures and what would fit, when it pays for smaller calls
+than this one), 429 with Retry-After when the room is only held by calls in flight.
 """
 
 from __future__ import annotations
@@ -51,12 +54,14 @@ from steward.domain.budget import (
     input_bound_tokens,
     judge_refusal,
     max_cost,
+    unaffordable,
 )
 from steward.domain.capability import Capability, Verify, bearer_token
 from steward.domain.converse import (
     MAX_DEPTH,
     ConverseRequest,
     is_valid_text,
+    joined_texts,
     payload_bytes,
     text_fields,
     too_deep,
@@ -64,7 +69,6 @@ from steward.domain.converse import (
 from steward.domain.errors import (
     BadRequest,
     BrakeEngaged,
-    BudgetExhausted,
     Forbidden,
     ProviderError,
     ProviderOutcomeUnknown,
@@ -107,11 +111,15 @@ class Surface:
     model_field: str = "modelId"
     max_tokens_field: str = "inferenceConfig.maxTokens"
     # Stock OpenAI clients send generous limits: lower them to what the model and the budget
-    # take instead of refusing (Converse callers are told, as Bedrock would tell them).
+    # take instead of refusing (Bedrock Converse callers are told, as Bedrock would tell them).
     clamp_max_tokens: bool = False
 
 
 CONVERSE = Surface(translate=lambda data: (None, data))
+# Steward's own runner cannot know each model's output limit (a price table of one's own may
+# set it below the runner's default): its surface lowers `maxTokens` and answers what it
+# admitted, so a limit the relay knows is never a refused call of Steward's own.
+RUNNER = Surface(translate=lambda data: (None, data), clamp_max_tokens=True)
 
 
 @dataclass
@@ -182,7 +190,7 @@ class Relay:
                 )
             wanted = ceiling
         bound = input_bound_tokens(payload_bytes(request))
-        admitted, reserved, rid = self._reserve(capability, entry, bound, wanted)
+        admitted, reserved, rid = self._reserve(capability, entry, bound, wanted, surface.max_tokens_field)
         # Settled exactly once, whatever happens after the reservation: released when the
         # provider failed before any output, the actual cost when usage came, and the whole
         # reservation when the provider may have done (and billed) the work but no usage
@@ -240,12 +248,17 @@ class Relay:
                     "a credential to a model provider",
                     field=where,
                 )
-            kind = issued_credential(text, self.capability_key_ids)
-            if kind is not None:
-                raise BadRequest(
-                    f"{where}: carries {kind}; the relay never forwards a credential to a model provider",
-                    field=where,
-                )
+            self._refuse_credential(where, text)
+        for where, text in joined_texts(data):  # a credential split across text blocks
+            self._refuse_credential(where, text)
+
+    def _refuse_credential(self, where: str, text: str) -> None:
+        kind = issued_credential(text, self.capability_key_ids)
+        if kind is not None:
+            raise BadRequest(
+                f"{where}: carries {kind}; the relay never forwards a credential to a model provider",
+                field=where,
+            )
 
     def _over_report(
         self,
@@ -288,7 +301,7 @@ class Relay:
             logger.exception("could not record the over-report event", extra={"task_id": capability.task_id})
 
     def _reserve(
-        self, capability: Capability, entry: PriceEntry, bound: int, wanted: int
+        self, capability: Capability, entry: PriceEntry, bound: int, wanted: int, max_tokens_field: str
     ) -> tuple[int, Decimal, str]:
         """Reserve for `wanted` output tokens, or fewer if that is all the room pays for."""
         floor = min(wanted, MIN_OUTPUT_TOKENS)
@@ -325,7 +338,8 @@ class Relay:
             raise RetryLater(
                 f"the budget is held by calls in flight; retry in {wait} s", field="budget", retry_after=wait
             )
-        raise BudgetExhausted("the task's budget is spent", field="budget")
+        left = refusal.settled_room(capability.max_budget_usd)
+        raise unaffordable(entry, bound, floor, left, max_tokens_field=max_tokens_field)
 
 
 def _load(raw: bytes) -> dict[str, Any]:
