@@ -1,4 +1,4 @@
-"""Task Document parsing (DESIGN sections 3 and 4): what becomes an item, and every rejection."""
+"""Task Document parsing (README: "Lifecycles", "Identity and publishing rules"): what becomes an item, and every rejection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Runtime Lambda: every route a runtime calls (DESIGN sections 4, 5, 6), outside the user
+"""Runtime Lambda: every route a runtime calls (README: "Identity and publishing rules", "The relay", "The runner"), outside the user
 authorizer. The runtime holds no AWS credential; these routes are its only way to write.
 
 | route | credential | body | answer |
@@ -17,6 +17,10 @@ from it alone (`steward.services.runtime`). Order of checks: body size (413), ca
 unknown artifact, 409 not in a status that admits the call). Neither the ticket, the
 capability, a token, a presigned URL nor a request body is ever logged. Settings:
 `steward.config` (functions tagged `runtime`).
+
+Metrics: `RunnerRequestRefused` (the alarm's metric) once per failed ending recorded with
+the fault `relay_refused`: the relay answered 400 to the runner's own request, a defect of
+Steward's, not of the model or the plan (the runtime itself has no metrics path).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,7 +36,7 @@ from steward import wiring
 from steward.api.http import check_body_size, install_error_handlers, json_response
 from steward.api.requests import parse_body
 from steward.domain.capability import Capability, bearer_token
-from steward.domain.models import utcnow
+from steward.domain.models import Fault, utcnow
 from steward.domain.routes import (
     ARTIFACTS_PATH,
     CLAIM_PATH,
@@ -41,17 +46,19 @@ from steward.domain.routes import (
     GITHUB_TOKEN_PATH,
     HEARTBEAT_PATH,
 )
-from steward.observability import logger_for, tracer_for
+from steward.observability import logger_for, metrics_for, tracer_for
 from steward.services.runtime import ArtifactCall, Ending, EventCall, RuntimeCall
 
 logger = logger_for("runtime")
 tracer = tracer_for("runtime")
+metrics = metrics_for("runtime")
 app = APIGatewayHttpResolver()
 install_error_handlers(app, logger)
 
 MAX_BODY_BYTES = 4096  # a ticket, a runtime id, a size: anything far bigger is not a call
 MAX_EVENT_BODY_BYTES = 8192  # an event's data is bounded at 4 KiB as stored
 MAX_FINISH_BODY_BYTES = 16384  # a reason, a summary and a pull request URL
+REFUSED_METRIC = "RunnerRequestRefused"
 
 M = TypeVar("M", bound=BaseModel)
 NO_STORE = {"Cache-Control": "no-store"}
@@ -122,6 +129,12 @@ def finish() -> Response[str]:
     capability, body = _call(Ending, MAX_FINISH_BODY_BYTES)
     result = wiring.runtime_service().finish(capability, body)
     logger.info("task finished", extra={"task_id": capability.task_id, "status": result["status"]})
+    if body.fault is Fault.RELAY_REFUSED and result["changed"]:  # a replay counts nothing
+        logger.warning("the relay refused the runner's own request", extra={"task_id": capability.task_id})
+        metrics.add_metric(name=REFUSED_METRIC, unit=MetricUnit.Count, value=1)
+        # Flushed here, not by `log_metrics` around every call: nearly every runtime call
+        # has no metric, and Powertools warns on each empty flush.
+        metrics.flush_metrics()
     return json_response(200, result)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from steward.adapters import aws
@@ -27,15 +26,19 @@ if TYPE_CHECKING:
 __all__ = ["ARTIFACT_NAMES", "PRESIGN_SECONDS", "SCREEN_NAME", "ArtifactStore"]
 
 PRESIGN_SECONDS = 300
-# Query-string SigV4 signs the headers present at signing; SigV2 (which botocore may pick for
-# a custom endpoint) signs neither length nor type.
-_SIGV4 = Config(signature_version="s3v4")
 
 
 class ArtifactStore:
     def __init__(self, bucket: str, client: S3Client | None = None, **client_kwargs: Any) -> None:
         self.bucket = bucket
-        self._s3: S3Client = client or aws.client("s3", config=_SIGV4, **client_kwargs)
+        if client is None:
+            # Loaded with the client, not the module (`steward.adapters.aws` says why).
+            from botocore.config import Config  # noqa: PLC0415
+
+            # Query-string SigV4 signs the headers present at signing; SigV2 (which botocore
+            # may pick for a custom endpoint) signs neither length nor type.
+            client = aws.client("s3", config=Config(signature_version="s3v4"), **client_kwargs)
+        self._s3: S3Client = client
 
     @staticmethod
     def key(task_id: str, name: str) -> str:

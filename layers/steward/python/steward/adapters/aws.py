@@ -4,18 +4,21 @@ Standard retry mode retries throttles and transient faults with backoff; every s
 is conditional, so a retried write that had in fact succeeded fails its condition instead
 of applying twice, and the stores treat that as the no-op it is. Clients are thread-safe
 once built, but building them on boto3's default session is not: the lock serializes that.
+
+boto3 (and botocore's client machinery) is imported by the first client or resource built,
+not with this module: importing it is most of a cold start's import time, and a handler's
+modules import the stores at load while only its first event needs a client.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore.config import Config
-
-BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=10)
+if TYPE_CHECKING:
+    from botocore.config import Config
 
 # botocore logs request parameters at DEBUG, and RunTask's parameters carry the runtime's
 # one-time ticket: whatever level a function logs at, these never go below INFO.
@@ -25,13 +28,25 @@ for _name in ("botocore", "boto3", "urllib3"):
 _LOCK = threading.Lock()
 
 
+@cache
+def boto_config() -> Config:
+    """The botocore config every client and resource is built with."""
+    from botocore.config import Config  # noqa: PLC0415 - loaded with the first client
+
+    return Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=10)
+
+
 def client(service: str, *, config: Config | None = None, **kwargs: Any) -> Any:
     """A boto3 client for `service` with the shared config (merged with `config`, if given)."""
-    merged = BOTO_CONFIG.merge(config) if config is not None else BOTO_CONFIG
+    import boto3  # noqa: PLC0415 - loaded with the first client
+
+    merged = boto_config().merge(config) if config is not None else boto_config()
     with _LOCK:
         return boto3.client(service, config=merged, **kwargs)  # type: ignore[call-overload]
 
 
 def resource(service: str, **kwargs: Any) -> Any:
+    import boto3  # noqa: PLC0415 - loaded with the first resource
+
     with _LOCK:
-        return boto3.resource(service, config=BOTO_CONFIG, **kwargs)  # type: ignore[call-overload]
+        return boto3.resource(service, config=boto_config(), **kwargs)  # type: ignore[call-overload]

@@ -1,5 +1,5 @@
 """The relay's budget: reservations and settlements on the task item, one conditional
-UpdateItem each (DESIGN sections 5 and 10).
+UpdateItem each (README: "The relay", "Testing notes").
 
 Running totals live on the task item because conditions cannot do arithmetic:
 `committed_usd` (settled spend + outstanding reservations) and `headroom_usd` (the task's

@@ -1,4 +1,4 @@
-"""Capability tokens: ES256 JWTs signed by a KMS asymmetric key (DESIGN section 5).
+"""Capability tokens: ES256 JWTs signed by a KMS asymmetric key (README: "The relay").
 
 The private key never leaves KMS: the minter holds kms:Sign on it, the relay only
 kms:GetPublicKey, so a compromised relay can read capabilities but not make them. KMS
@@ -18,6 +18,7 @@ import binascii
 import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final
 
 import jwt
@@ -44,6 +45,7 @@ ALGORITHM = "ES256"
 KMS_SIGNING_ALGORITHM: Final = "ECDSA_SHA_256"
 _COORDINATE_BYTES = 32  # P-256
 _MAX_TOKEN_LENGTH = 4096  # a capability is ~600 characters; a much longer string is not one
+_CHECKED_TOKENS = 1024  # signatures a verifier remembers as checked: far more than live tasks
 
 
 def kms_client(**client_kwargs: Any) -> KMSClient:
@@ -109,6 +111,13 @@ class CapabilityVerifier:
             _check_key_id(kid)
             _p256(key)
         self._keys = dict(keys)
+        # The header, signature, audience, issuer and required claims depend on the token and
+        # the keys only, and the keys never change: a token that passed them passes again. A
+        # runtime presents one capability for every model call, and the ECDSA check was most
+        # of the relay's own work per call, so passes are remembered (an exception never is:
+        # a refused token is checked again each time) and the time rules, which depend on
+        # the clock, are checked on every call.
+        self._checked = lru_cache(maxsize=_CHECKED_TOKENS)(self._checked_claims)
 
     @classmethod
     def from_kms(cls, kms: KMSClient, key_ids: Iterable[str]) -> CapabilityVerifier:
@@ -133,6 +142,17 @@ class CapabilityVerifier:
         """The capability `token` carries, or Unauthorized saying briefly why not."""
         if not token or len(token) > _MAX_TOKEN_LENGTH:
             raise Unauthorized("capability is not a token")
+        payload = dict(self._checked(token))  # a copy: the remembered claims stay as checked
+        self._check_times(payload, now or datetime.now(UTC))
+        payload.pop("nbf", None)  # checked above; the capability itself has no use for it
+        try:
+            return Capability.model_validate(payload)
+        except ValidationError as exc:
+            where = ".".join(str(p) for p in exc.errors()[0]["loc"]) or "claims"
+            raise Unauthorized(f"capability claim {where} is invalid") from None
+
+    def _checked_claims(self, token: str) -> dict[str, Any]:
+        """The claims of a token whose header, signature and claim set pass (times aside)."""
         key = self._key_for(token)
         try:
             payload: dict[str, Any] = jwt.decode(
@@ -161,13 +181,7 @@ class CapabilityVerifier:
             raise Unauthorized("capability signature does not verify") from None
         except jwt.PyJWTError:
             raise Unauthorized("capability is malformed") from None
-        self._check_times(payload, now or datetime.now(UTC))
-        payload.pop("nbf", None)  # checked above; the capability itself has no use for it
-        try:
-            return Capability.model_validate(payload)
-        except ValidationError as exc:
-            where = ".".join(str(p) for p in exc.errors()[0]["loc"]) or "claims"
-            raise Unauthorized(f"capability claim {where} is invalid") from None
+        return payload
 
     def _key_for(self, token: str) -> ec.EllipticCurvePublicKey:
         try:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
-
-from steward.adapters.dynamo import Tables, plain
+from steward.adapters.dynamo import Tables, key, plain
 from steward.tables import EVENTS
 
 
@@ -16,7 +14,7 @@ class EventStore:
 
     def list(self, task_id: str, *, after: int, limit: int) -> list[dict[str, Any]]:
         page = self._table.query(
-            KeyConditionExpression=Key("task_id").eq(task_id) & Key("seq").gt(after),
+            KeyConditionExpression=key("task_id").eq(task_id) & key("seq").gt(after),
             Limit=limit,
             ConsistentRead=True,
         )

@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from steward.adapters.dynamo import (
@@ -14,6 +13,7 @@ from steward.adapters.dynamo import (
     Tables,
     error_code,
     is_conditional_failure,
+    key,
     old_item,
     plain,
     refused_included,
@@ -40,7 +40,7 @@ class InstallationStore:
         return _to_installation(found["Item"]) if "Item" in found else None
 
     def for_owner(self, owner_sub: str) -> list[Installation]:
-        page = self._table.query(IndexName="by_owner", KeyConditionExpression=Key("owner_sub").eq(owner_sub))
+        page = self._table.query(IndexName="by_owner", KeyConditionExpression=key("owner_sub").eq(owner_sub))
         return [_to_installation(i) for i in page["Items"]]
 
     def holding(self, owner_sub: str, repo: str) -> list[Installation]:
@@ -51,7 +51,7 @@ class InstallationStore:
         found: list[Installation] = []
         query: dict[str, Any] = {
             "IndexName": "by_owner",
-            "KeyConditionExpression": Key("owner_sub").eq(owner_sub),
+            "KeyConditionExpression": key("owner_sub").eq(owner_sub),
         }
         while True:
             page = self._table.query(**query)

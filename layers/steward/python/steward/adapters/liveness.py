@@ -2,7 +2,7 @@
 
 Only users whose loop is enabled and may have live work carry `live_shard`, so a scheduler
 run reads those users and nothing else: its cost grows with active users, not all users
-(DESIGN section 2). The partition is spread over `LIVE_SHARDS` shards so no index key runs
+(README: "Architecture"). The partition is spread over `LIVE_SHARDS` shards so no index key runs
 hot; a run queries every shard.
 """
 
@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
-
-from steward.adapters.dynamo import Tables
+from steward.adapters.dynamo import Tables, key
 from steward.domain.ids import LIVE_SHARDS
 from steward.tables import USERS
 
@@ -33,7 +31,7 @@ class LivenessIndex:
         or None after the last. Reads only the key attributes the index stores."""
         kwargs: dict[str, Any] = {
             "IndexName": INDEX,
-            "KeyConditionExpression": Key("live_shard").eq(shard),
+            "KeyConditionExpression": key("live_shard").eq(shard),
             # `user` is a DynamoDB reserved word.
             "ProjectionExpression": "#user, #shard",
             "ExpressionAttributeNames": {"#user": "user", "#shard": "live_shard"},

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from steward.api.http import check_body_size
-from steward.domain.documents import MAX_DOCUMENT_BYTES
+from steward.domain.document_limits import MAX_DOCUMENT_BYTES
 from steward.domain.errors import BadRequest
 
 # JSON escaping can at most double a document's size (quotes, backslashes, control chars

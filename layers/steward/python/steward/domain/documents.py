@@ -1,9 +1,9 @@
-"""Task Documents (DESIGN sections 3 and 4): Markdown plans whose top-level checkboxes are work.
+"""Task Documents (README: "Lifecycles", "Identity and publishing rules"): Markdown plans whose top-level checkboxes are work.
 
 Pure: text in, a validated `TaskDocument` out, or an `InvalidDocument` (422) that names the
 field and the 1-based line, or `TooLarge` (413). Nothing here touches I/O.
 
-Choices beyond DESIGN, written down because hashes and approvals depend on them:
+Choices beyond the README's contract, written down because hashes and approvals depend on them:
 
 * Lines end only at LF, CRLF or lone CR (never at U+2028, form feed and the like), so line
   numbers are the ones an editor shows.
@@ -45,16 +45,18 @@ import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, InvalidOperation
-from typing import Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from steward.domain.budget import MIN_CALL_INPUT_BYTES, MIN_OUTPUT_TOKENS, min_call_cost
+from steward.domain.document_limits import MAX_DOCUMENT_BYTES
 from steward.domain.errors import InvalidDocument, TooLarge
 from steward.domain.prices import PriceTable
 
-MAX_DOCUMENT_BYTES = 256 * 1024  # UTF-8 bytes
+if TYPE_CHECKING:
+    import yaml
+
 MAX_ITEMS = 100
 MAX_FRONT_MATTER_BYTES = 16 * 1024  # bounds the YAML work, anchors and aliases included
 MAX_COMMANDS = 20
@@ -456,6 +458,10 @@ def _load_yaml(
 
     `doc_line` turns a 0-based YAML line into a document line.
     """
+    # PyYAML is loaded by the first front matter parsed, not with this module: the API's
+    # services hold the parser, and most of their calls never parse a document.
+    import yaml  # noqa: PLC0415
+
     node: yaml.Node | None = None
     try:
         loader = yaml.SafeLoader(source)
@@ -484,6 +490,7 @@ def _load_yaml(
 def _failing_value(node: yaml.Node | None, doc_line: Callable[[int], int]) -> tuple[int, str | None]:
     """The line and key of the top-level value (or list entry) that cannot be constructed,
     each constructed again on its own; else the front matter's first line."""
+    import yaml  # noqa: PLC0415 - loaded by `_load_yaml` already
 
     def fails(value: yaml.Node) -> bool:
         try:
@@ -507,6 +514,8 @@ def _key_lines(
 ) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
     """Document line of each top-level key, and of each entry of a list value; rejects
     duplicates and keys that are not plain names."""
+    import yaml  # noqa: PLC0415 - loaded by `_load_yaml` already
+
     if not isinstance(node, yaml.MappingNode):
         return {}, {}
     lines: dict[str, int] = {}

@@ -41,8 +41,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from steward.domain.documents import DocumentPolicy, FrontMatter, ParsedItem, content_hash_of, parse_body
 from steward.domain.errors import BadRequest, InvalidDocument
 from steward.domain.models import Plan
@@ -91,6 +89,10 @@ def document_key(plan_id: str, content_hash: str) -> str:
 
 def kept_document(content: PlanContent, title: str | None) -> str:
     """`content` as canonical Markdown that `read_kept` reads back to the same content hash."""
+    # PyYAML loads with the first kept document, not with this module (whose `document_key`
+    # the runtime routes import): `steward.domain.documents` says why.
+    import yaml  # noqa: PLC0415
+
     header = yaml.safe_dump(
         dict(content.front_matter),
         sort_keys=False,
@@ -111,6 +113,8 @@ def kept_document(content: PlanContent, title: str | None) -> str:
 def read_kept(text: str, content_hash: str) -> PlanContent:
     """The content of a kept document; ValueError when it is not one, or not the content
     `content_hash` names."""
+    import yaml  # noqa: PLC0415 - see `kept_document`
+
     lines = text.split("\n")
     if lines[0] != "---" or "---" not in lines[1:]:
         raise ValueError("not a kept plan document: no front matter")
