@@ -266,10 +266,35 @@ def test_loop_commands_and_clear_errors(local_up: tuple[subprocess.Popen[str], P
     assert json.loads(cleared.stdout)["quiet_hours"] is None
 
 
+def test_a_document_error_names_its_line_and_a_login_link_is_stdout_alone(
+    local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """The API's line of an invalid document reaches the person (text and `--json`); `local
+    login` prints the link alone on stdout (`URL=$(steward local login alice)`)."""
+    _, state_file = local_up
+    broken = tmp_path / "broken.md"
+    broken.write_text(f"---\nrepo: {SAMPLE_REPO}\nchecks: [pytest\n---\n# Broken\n\n- [ ] An item\n")
+    refused = run(state_file, "plan", "publish", str(broken))
+    assert refused.returncode == 1
+    assert re.search(r"\(field: front_matter\S*, line 3\)$", refused.stderr.strip()), refused.stderr
+    error = json.loads(run(state_file, "--json", "plan", "publish", str(broken)).stdout)["error"]
+    assert (error["status"], error["line"]) == (422, 3), error
+
+    link = run(state_file, "local", "login", "alice")
+    assert link.returncode == 0, link.stderr
+    assert re.fullmatch(r"https?://\S+#login=[A-Za-z0-9_-]+\n", link.stdout), link.stdout
+    assert "signs in once" in link.stderr
+    as_json = json.loads(run(state_file, "--json", "local", "login", "alice").stdout)
+    assert as_json["url"].startswith(json.loads(state_file.read_text())["console_url"])
+
+
 def test_local_token_and_admin_link(local_up: tuple[subprocess.Popen[str], Path]) -> None:
     _, state_file = local_up
     token = run(state_file, "local", "token", "erin").stdout.strip()
     assert token.count(".") == 2
+    minted = json.loads(run(state_file, "--json", "local", "token", "erin").stdout)
+    assert minted["user"] == "erin"
+    assert minted["token"].count(".") == 2
     # Installation 7 as the installation sync records one the App was installed on.
     state = json.loads(state_file.read_text())
     tables = Tables.connect(
@@ -796,6 +821,8 @@ def test_task_commands_show_events_artifacts_diff_and_the_pull_request(
     assert [e["seq"] for e in as_json["events"]] == sorted(e["seq"] for e in as_json["events"])
     opened = run(state_file, "task", "open", task_id)
     assert (opened.returncode, opened.stdout.strip()) == (0, html_url)
+    opened_json = run(state_file, "--json", "task", "open", task_id)
+    assert json.loads(opened_json.stdout) == {"task_id": task_id, "pr_url": html_url}, opened_json.stderr
 
     s3 = boto3.client(
         "s3",
@@ -812,10 +839,32 @@ def test_task_commands_show_events_artifacts_diff_and_the_pull_request(
     assert "screen.txt" in listed.stdout
     assert run(state_file, "task", "diff", task_id).stdout == "--- a/x\n+++ b/x\n"
     assert run(state_file, "task", "logs", task_id).stdout == "$ pytest -q\n1 passed\n"  # its run ended
+    # --json: one object each, the content in it (every command takes the global option).
+    assert json.loads(run(state_file, "--json", "task", "diff", task_id).stdout) == {
+        "task_id": task_id,
+        "name": "diff.patch",
+        "size": 16,
+        "encoding": "utf-8",
+        "content": "--- a/x\n+++ b/x\n",
+    }
+    logs = json.loads(run(state_file, "task", "logs", task_id, "--json").stdout)
+    assert logs == {
+        "task_id": task_id,
+        "status": "review",
+        "source": "screen",
+        "output": "$ pytest -q\n1 passed\n",
+    }
     out = tmp_path / "screen.txt"
     saved = run(state_file, "task", "artifact", task_id, "screen.txt", "-o", str(out))
     assert saved.returncode == 0, saved.stderr
     assert out.read_bytes() == b"$ pytest -q\n1 passed\n"
+    saved_json = run(state_file, "--json", "task", "artifact", task_id, "screen.txt", "-o", str(out))
+    assert json.loads(saved_json.stdout) == {
+        "task_id": task_id,
+        "name": "screen.txt",
+        "size": 21,
+        "written_to": str(out),
+    }
     missing = run(state_file, "--json", "task", "artifact", task_id, "publish.json")
     assert missing.returncode == 1
     assert json.loads(missing.stdout)["error"]["status"] == 404

@@ -6,6 +6,7 @@ under build/console/ (look at them)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -43,6 +44,14 @@ HOSTILE_TITLES = [
     '"><svg onload=alert(4)>',
     "javascript:alert(5)",
     "{{constructor.constructor('alert(6)')()}}",
+]
+# Text whose characters a page would act on or hide (bidirectional overrides and isolates,
+# zero-width and control characters), and how every page shows it: as the CLI's escapes.
+HOSTILE_BIDI = [
+    ("Approve \u202etxt.exe", "Approve \\u202etxt.exe"),
+    ("left \u2067right\u2069 left", "left \\u2067right\\u2069 left"),
+    ("zero\u200bwidth\u200djoin", "zero\\u200bwidth\\u200djoin"),
+    ("bell\x07 and \x1b[31mred", "bell\\u0007 and \\u001b[31mred"),
 ]
 DEMO_ITEM = "Add a `subtract(a, b)` function to `calculator.py`.\nKeep the style of `add`."
 
@@ -87,10 +96,22 @@ def api(stack: Stack, user: str = "alice") -> httpx.Client:
     )
 
 
-def publish(stack: Stack, slug: str, *items: str, user: str = "alice", setup: str = "") -> dict[str, Any]:
-    markdown = document(*items, repo=SAMPLE_REPO, checks=("python -m pytest -q",)).replace(
+def publish(
+    stack: Stack,
+    slug: str,
+    *items: str,
+    user: str = "alice",
+    setup: str = "",
+    title: str = "Demo",
+    front: str = "",
+) -> dict[str, Any]:
+    """`front`: more front matter lines (`max_attempts: 1\n`, say)."""
+    markdown = document(*items, repo=SAMPLE_REPO, checks=("python -m pytest -q",), title=title).replace(
         "checks:",
-        "model: scripted-coder\nbudget_usd: 0.50\n" + (f"setup:\n  - {setup}\n" if setup else "") + "checks:",
+        "model: scripted-coder\nbudget_usd: 0.50\n"
+        + (f"setup:\n  - {setup}\n" if setup else "")
+        + front
+        + "checks:",
     )
     with api(stack, user) as client:
         answer = client.put(f"/v1/plans/{slug}", json={"markdown": markdown})
@@ -247,15 +268,30 @@ def test_confirm_from_the_review_page_then_watch_the_task_reach_review_and_merge
         task = client.get(f"/v1/tasks/{task_id}").json()
     assert pr_url == task["pr_url"]
     expect(page.locator("#pr-summary")).to_contain_text("subtract")  # what the pull request says
-    expect(page.locator("#timeline")).to_contain_text("finished")
+    expect(page.locator("#timeline")).to_contain_text(
+        "The run finished: its pull request is open for review."
+    )
     expect(page.locator("#checks")).to_have_text("python -m pytest -q — passed")
     expect(page.locator("#output")).to_contain_text("passed")
     expect(page.locator("#artifacts")).to_contain_text("diff.patch")
     shot(page, "task-review")
+    # The item edited and confirmed while its pull request is open: the plan page names that
+    # earlier revision's task and pull request until a person merges or closes it.
+    edited = publish(stack, "console-demo", DEMO_ITEM + "\nName its arguments `a` and `b`.")
+    with api(stack) as client:
+        confirm = client.post("/v1/plans/console-demo/confirm", json={"content_hash": edited["content_hash"]})
+        assert confirm.is_success, confirm.text
+    page.goto(f"{stack.state['console_url']}#/plans/console-demo")
+    expect(page.locator(".earlier-review")).to_contain_text(f"revision 1 is still in review: {task_id}")
+    expect(page.locator(".earlier-review a[target=_blank]")).to_have_attribute("href", pr_url)
+    page.goto(f"{stack.state['console_url']}#/tasks/{task_id}")
     merged = stack.cli("local", "github", "merge", f"{SAMPLE_REPO}#{pr_url.rstrip('/').rsplit('/', 1)[1]}")
     assert merged.returncode == 0, merged.stderr
     expect(page.locator("#summary h1 .status")).to_have_text("merged", timeout=30_000)
     shot(page, "task-merged")
+    page.goto(f"{stack.state['console_url']}#/plans/console-demo")
+    expect(page.locator("table.items")).to_be_visible()
+    expect(page.locator(".earlier-review")).to_have_count(0)
     page.close()
 
 
@@ -367,6 +403,59 @@ def test_hostile_titles_render_as_text_and_run_nothing(browser: Browser, stack: 
     assert not [h for h in hrefs if h and h.lower().startswith("javascript:")]
     page.wait_for_timeout(300)  # any onerror/onload would have fired
     shot(page, "plan-hostile")
+    page.close()
+
+
+def test_hidden_characters_show_as_escapes_and_a_failed_task_page_leads_with_why(
+    browser: Browser, stack: Stack
+) -> None:
+    """The review page shows the document's text with its bidirectional and control
+    characters as escapes, says once why its items wait and what confirming may spend at
+    most. Confirmed there, an item's task fails (the packaged model knows no such item): its
+    page escapes the title too, leads with why it failed, says "none" for what will never
+    come, tells its events as sentences (their JSON on demand) in one time format."""
+    raw_title, shown_title = HOSTILE_BIDI[0]
+    items = [
+        f"{'[x] ' if n >= 2 else ''}{raw}\n{raw} in the details" for n, (raw, _) in enumerate(HOSTILE_BIDI)
+    ]
+    publish(stack, "console-bidi", *items, title=raw_title, front="max_attempts: 1\n")
+    page = signed_in(browser, stack, "alice")
+    page.goto(f"{stack.state['console_url']}#/plans/console-bidi")
+    expect(page.locator("table.items .item-title")).to_have_text([shown for _, shown in HOSTILE_BIDI])
+    expect(page.locator("table.items .details")).to_have_text(
+        [f"{shown} in the details" for _, shown in HOSTILE_BIDI]
+    )
+    expect(page.locator("main h1")).to_contain_text(shown_title)
+    expect(page.locator(".waiting")).to_have_count(1)  # once for the plan, not under each pending item
+    expect(page.locator("#plan-waiting")).to_contain_text("not confirmed yet")
+    expect(page.locator("#max-spend")).to_have_text(
+        "at most $1.00 (2 pending items \u00d7 $0.50 \u00d7 1 attempt), plus up to $0.50 per retry you ask for"
+    )
+    shown = page.inner_text("main")
+    assert [raw for raw, _ in HOSTILE_BIDI if raw in shown] == []
+    shot(page, "plan-bidi")
+    try:
+        page.locator("#confirm").click()
+        task_link = page.locator("table.items a").first
+        expect(task_link).to_be_visible(timeout=30_000)  # the confirmed plan's page follows its items
+        task_link.click()
+        expect(page.locator("#summary h1 .status")).to_have_text("failed", timeout=60_000)
+        expect(page.locator("#summary h1")).to_contain_text(shown_title)
+        expect(page.locator("#outcome")).to_contain_text("Failed (")
+        expect(page.locator("dl.facts dt:text-is('Pull request') + dd")).to_have_text("none")
+        started = page.locator("#timeline li.started")
+        expect(started).to_contain_text("The run started.")
+        expect(started.locator("pre")).to_be_hidden()  # the JSON, on demand
+        started.locator("summary").click()
+        expect(started.locator("pre")).to_contain_text('"status": "running"')
+        stamp = started.locator("time")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", stamp.get_attribute("title") or "")
+        assert "T" not in stamp.inner_text()  # the person's own format, not the ISO instant
+        assert raw_title not in page.inner_text("main")
+        shot(page, "task-failed")
+    finally:
+        with api(stack) as client:  # its other item stops, freeing alice's slots for the others
+            client.post("/v1/plans/console-bidi/archive")
     page.close()
 
 

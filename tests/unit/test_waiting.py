@@ -67,6 +67,13 @@ def test_a_pending_item_says_which_gate_holds_it(
     assert shown["until"] == (None if until is None else until.isoformat().replace("+00:00", "Z"))
 
 
+def test_a_paused_loop_names_the_command_that_resumes_it() -> None:
+    plan = make_plan("A")
+    waits = for_item(plan, item(plan, 1), state(paused=True), [], NOW)
+    assert waits is not None
+    assert waits.detail == "the loop is paused: `steward loop resume`"  # the README's command
+
+
 def test_max_parallel_names_the_tasks_that_hold_the_slots() -> None:
     plan = make_plan("A", "B", "C")
     plan, first = running(plan, 1)

@@ -10,6 +10,7 @@ stored `steward login` (see `steward.adapters.api_client.resolve_endpoint`).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from steward.adapters.api_client import (
     resolve_endpoint,
 )
 from steward.cli_render import (
+    by_item,
     render_loop,
     render_plan,
     render_plan_diff,
@@ -179,7 +181,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     client = _client(args)
 
     def read() -> Any:
-        return {"tasks": client.paged("/v1/tasks", "tasks", {"plan": args.plan})}
+        tasks = client.paged("/v1/tasks", "tasks", {"plan": args.plan})
+        return {"tasks": by_item(tasks) if args.plan else tasks}
 
     if not args.watch:
         return _emit(args, read(), lambda d: render_tasks(d["tasks"]))
@@ -225,7 +228,7 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
     if loop.get("enabled") is False:
         when = "the loop is disabled: it spawns the attempt once enabled (`steward loop set --enabled true`)"
     elif loop.get("paused"):
-        when = "the loop is paused: it spawns the attempt once resumed (`steward loop set --paused false`)"
+        when = "the loop is paused: it spawns the attempt once resumed (`steward loop resume`)"
     else:
         every = f" (every {interval} s)" if interval else ""
         when = f"the loop picks it up at its next tick{every}"
@@ -273,17 +276,24 @@ _RUN_STATUSES = frozenset({"queued", "running"})  # its run has not ended yet
 def cmd_task_logs(args: argparse.Namespace) -> int:
     """What the task's commands printed: the live output while it runs (where the stack keeps
     a stream: locally), the stored screen tail once it has ended. `--follow` waits for a
-    queued task to start and prints until the run ends."""
+    queued task to start and prints until the run ends. `--json` prints one object at the
+    end: `{"task_id", "status", "source": "live" | "screen" | null, "output"}`."""
     client = _client(args)
 
     def read() -> dict[str, Any]:
         return dict(client.request("GET", f"/v1/tasks/{args.id}"))
+
+    def logs(source: str | None, output: str) -> int:
+        shown = {"task_id": args.id, "status": task["status"], "source": source, "output": output}
+        return _emit(args, shown, lambda _: "")
 
     task = read()
     while args.follow and task["status"] == "queued":
         time.sleep(args.interval)
         task = read()
     if task["status"] == "running" and client.stream_url is not None:
+        if args.json:
+            return logs("live", "".join(client.output(args.id, follow=args.follow)))
         for text in client.output(args.id, follow=args.follow):
             sys.stdout.write(text)
             sys.stdout.flush()
@@ -293,14 +303,16 @@ def cmd_task_logs(args: argparse.Namespace) -> int:
             f"task {args.id} is {task['status']}: its screen tail is stored when it ends (`--follow` waits)",
             file=sys.stderr,
         )
-        return 0
+        return logs(None, "") if args.json else 0
     while task["status"] in _RUN_STATUSES:
         time.sleep(args.interval)
         task = read()
     screen = str(client.request("GET", f"/v1/tasks/{args.id}/screen")["screen"])
-    sys.stdout.write(screen)
     if not screen:
         print(f"task {args.id} stored no screen tail", file=sys.stderr)
+    if args.json:
+        return logs("screen", screen)
+    sys.stdout.write(screen)
     return 0
 
 
@@ -312,10 +324,22 @@ def cmd_task_artifacts(args: argparse.Namespace) -> int:
 
 
 def cmd_task_artifact(args: argparse.Namespace) -> int:
+    """The artifact's bytes on stdout, or in `--output`. `--json` prints
+    `{"task_id", "name", "size"}` with `"written_to"` (with `--output`), else its `"content"`
+    and that content's `"encoding"` (`utf-8`, or `base64` for bytes that are not text)."""
     data = _client(args).artifact(args.id, args.name)
+    about: dict[str, Any] = {"task_id": args.id, "name": args.name, "size": len(data)}
     if args.output:
         Path(args.output).write_bytes(data)
+        if args.json:
+            return _emit(args, {**about, "written_to": str(args.output)}, str)
         print(f"{args.name}: {len(data)} bytes written to {args.output}", file=sys.stderr)
+    elif args.json:
+        try:
+            content = {"encoding": "utf-8", "content": data.decode("utf-8")}
+        except UnicodeDecodeError:
+            content = {"encoding": "base64", "content": base64.b64encode(data).decode("ascii")}
+        return _emit(args, {**about, **content}, str)
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -328,12 +352,13 @@ def cmd_task_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_task_open(args: argparse.Namespace) -> int:
-    """The task's pull request: its URL, and a browser on it where one can open."""
+    """The task's pull request: its URL, and a browser on it where one can open (never under
+    `--json`, which prints `{"task_id", "pr_url"}`)."""
     task = _client(args).request("GET", f"/v1/tasks/{args.id}")
     url = task.get("pr_url")
     if not url:
         raise CliError("no_pull_request", f"task {args.id} has no pull request yet (status {task['status']})")
-    print(url)
+    _emit(args, {"task_id": args.id, "pr_url": url}, lambda d: str(d["pr_url"]))
     if sys.stdout.isatty() and not args.json:
         import webbrowser  # noqa: PLC0415 - only here
 
@@ -369,7 +394,7 @@ def cmd_plan_watch(args: argparse.Namespace) -> int:
 
     def read() -> Any:
         plan = client.request("GET", f"/v1/plans/{args.slug}")
-        plan["tasks"] = client.paged("/v1/tasks", "tasks", {"plan": args.slug})
+        plan["tasks"] = by_item(client.paged("/v1/tasks", "tasks", {"plan": args.slug}))
         return plan
 
     def render(plan: Any) -> str:
@@ -451,7 +476,10 @@ def cmd_local_up(args: argparse.Namespace) -> int:
                 print(f"  {key}: {value}", flush=True)
         print("  users: " + ", ".join(stack.state["users"]) + "  (Ctrl-C to stop)", flush=True)
         print("  web console: `steward local login alice` prints a sign-in link", flush=True)
-        stop.wait()
+        # Python runs a signal's handler in the main thread, but the kernel may deliver the
+        # signal to any of the stack's threads: an untimed wait would never wake to run it.
+        while not stop.wait(timeout=0.5):
+            pass
         print("stopping", flush=True)
     return 0
 
@@ -460,8 +488,7 @@ def cmd_local_token(args: argparse.Namespace) -> int:
     from steward.local.dev_auth import DevIssuer  # noqa: PLC0415
 
     issuer = DevIssuer.load_or_create(_state_file(args).parent / "dev-jwt-key.pem")
-    print(issuer.mint(args.name))
-    return 0
+    return _emit(args, {"user": args.name, "token": issuer.mint(args.name)}, lambda d: str(d["token"]))
 
 
 def cmd_local_login(args: argparse.Namespace) -> int:
@@ -474,7 +501,9 @@ def cmd_local_login(args: argparse.Namespace) -> int:
     token = DevIssuer.load_or_create(state_file.parent / "dev-jwt-key.pem").mint(args.name)
     code = local_login_code(state["api_url"], token)
     link = {"url": f"{state['console_url']}#login={code['code']}", "expires_in": code["expires_in"]}
-    return _emit(args, link, lambda d: f"{d['url']}\n(open it within {d['expires_in']} s; it signs in once)")
+    if not args.json:  # stdout is the link alone (`URL=$(steward local login alice)`)
+        print(f"(open it within {link['expires_in']} s; it signs in once)", file=sys.stderr)
+    return _emit(args, link, lambda d: str(d["url"]))
 
 
 def _decimal_arg(text: str) -> Decimal:
@@ -906,7 +935,10 @@ def _failure(exc: Exception) -> tuple[dict[str, Any], str, int] | None:
         error: dict[str, Any] = {"code": exc.code, "message": exc.message}
         error |= {"status": exc.status} if exc.status else {}
         error |= {"field": exc.field} if exc.field else {}
-        where = f" (field: {exc.field})" if exc.field else ""
+        error |= {"line": exc.line} if exc.line is not None else {}
+        named = [f"field: {exc.field}"] if exc.field else []
+        named += [f"line {exc.line}"] if exc.line is not None else []
+        where = f" ({', '.join(named)})" if named else ""
         status = f"{exc.status} " if exc.status else ""
         return error, f"error: {status}{exc.code}: {exc.message}{where}", 1
     if isinstance(exc, CliError):

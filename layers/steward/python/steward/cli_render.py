@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -42,7 +43,7 @@ def render_plan(plan: dict[str, Any], *, full: bool = False) -> str:
         (
             i["ordinal"] if i["ordinal"] is not None else "-",
             i["status"],
-            _short(i["title"]),
+            visible(_short(i["title"])),
             i["task_id"] or "-",
             waiting_text(i.get("waiting")),
         )
@@ -51,10 +52,33 @@ def render_plan(plan: dict[str, Any], *, full: bool = False) -> str:
     outcomes = plan.get("outcomes")
     if outcomes is not None:
         head += f"\n  outcome: {_outcomes(outcomes)}\n  cost:    {plan.get('cost_usd', '0')} USD"
-    shown = table(rows, ("#", "status", "item", "task", "waiting"))
+    shown = table(rows, ("#", "status", "item", "task", "waiting")) + _earlier_reviews(plan["items"])
     if not full:
         return head + "\n\n" + shown
     return head + "\n\n" + _approves(plan) + "\n\n" + shown + "\n\n" + _item_details(plan["items"])
+
+
+def _earlier_reviews(items: list[dict[str, Any]]) -> str:
+    """The tasks of an item's earlier revisions whose pull requests are still open: the
+    item's row names its new revision's task only."""
+    lines = [
+        f"  #{i['ordinal'] if i['ordinal'] is not None else '-'}: revision {r['revision']} "
+        f"is still in review: task {r['task_id']}, {r['pr_url'] or 'its pull request'} "
+        "(open until merged or closed)"
+        for i in items
+        for r in i.get("earlier_reviews") or ()
+    ]
+    return "\n\nearlier revisions awaiting review:\n" + "\n".join(lines) if lines else ""
+
+
+def max_spend_text(spend: dict[str, Any]) -> str:
+    """`at most 3.00 USD (2 items x 0.50 USD x 3 attempts), and budget_usd per retry you ask for`."""
+    items = "item" if spend["items"] == 1 else "items"
+    attempts = "attempt" if spend["attempts"] == 1 else "attempts"
+    return (
+        f"at most {spend['usd']} USD ({spend['items']} pending {items} x {spend['budget_usd']} USD "
+        f"x {spend['attempts']} {attempts}), plus up to {spend['budget_usd']} USD per retry you ask for"
+    )
 
 
 def visible(text: str) -> str:
@@ -94,6 +118,8 @@ def _approves(plan: dict[str, Any]) -> str:
         f"  {'setup:':14}{commands(key('setup'))}",
         f"  {'max_attempts:':14}{_value(key('max_attempts', 3))}",
     ]
+    if plan.get("max_spend"):
+        lines.append(f"  {'may spend:':14}{max_spend_text(plan['max_spend'])}")
     return "\n".join(lines)
 
 
@@ -149,12 +175,17 @@ def render_plan_diff(slug: str, diff: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def waiting_text(waiting: dict[str, Any] | None) -> str:
-    """`quiet_hours until 2026-06-01T13:30:00Z: quiet hours (11:00-13:30 UTC)`, or `-`."""
+def waiting_text(waiting: dict[str, Any] | None, now: datetime | None = None) -> str:
+    """`quiet_hours until 2026-06-01T13:30:00Z: quiet hours (11:00-13:30 UTC)`, or `-`; a
+    next tick whose time has passed is `next_tick due now: ...` (the tick is late, not past)."""
     if not waiting:
         return "-"
     until = f" until {waiting['until']}" if waiting.get("until") else ""
-    return f"{waiting['reason']}{until}: {waiting.get('detail') or ''}".rstrip(": ")
+    if waiting["reason"] == "next_tick" and waiting.get("until"):
+        due = datetime.fromisoformat(str(waiting["until"]).replace("Z", "+00:00"))
+        if due <= (now or datetime.now(UTC)):
+            until = " due now"
+    return f"{waiting['reason']}{until}: {visible(waiting.get('detail') or '')}".rstrip(": ")
 
 
 def _outcomes(outcomes: dict[str, int]) -> str:
@@ -177,7 +208,14 @@ def render_plans(plans: list[dict[str, Any]]) -> str:
                 p["updated_at"],
             )
         )
+    if not rows:
+        return "no plans yet: publish one with `steward plan publish FILE` (examples/demo-plan.md is one)"
     return table(rows, ("slug", "status", "repo", "finished", "outcome", "cost", "updated"))
+
+
+def by_item(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A plan's tasks in the plan's order: by item, then revision and attempt."""
+    return sorted(tasks, key=lambda t: (t["ordinal"], t.get("revision", 1), t["attempt"], t["id"]))
 
 
 def render_tasks(tasks: list[dict[str, Any]]) -> str:
@@ -195,7 +233,7 @@ TASK_FIELDS: tuple[str, ...] = (
 
 
 def render_task(task: dict[str, Any]) -> str:
-    lines = [f"{k + ':':16}{'-' if task.get(k) is None else task[k]}" for k in TASK_FIELDS]
+    lines = [f"{k + ':':16}{'-' if task.get(k) is None else visible(str(task[k]))}" for k in TASK_FIELDS]
     if "waiting" in task:
         lines.append(f"{'waiting:':16}{waiting_text(task['waiting'])}")
     return "\n".join(lines)

@@ -19,12 +19,15 @@ DEFAULT_STATE_FILE = Path(".steward/local.json")
 class ApiError(Exception):
     """An answer other than 2xx/3xx, carrying the API's JSON error."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, field: str | None = None, line: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.line = line  # the document line an invalid document goes wrong at
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,13 @@ class ApiClient:
                 error = response.json()["error"]
             except (ValueError, KeyError, TypeError):
                 error = {"code": "http_error", "message": response.text[:500] or response.reason_phrase}
+            line = error.get("line")
             raise ApiError(
-                response.status_code, error.get("code", ""), error.get("message", ""), error.get("field")
+                response.status_code,
+                error.get("code", ""),
+                error.get("message", ""),
+                error.get("field"),
+                line if isinstance(line, int) and not isinstance(line, bool) else None,
             )
         return response.json() if response.content else None
 

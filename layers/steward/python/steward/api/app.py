@@ -24,7 +24,7 @@ from steward.domain import waiting
 from steward.domain.errors import Unauthorized
 from steward.domain.loop import LoopSettingsUpdate
 from steward.domain.models import Plan, Task, utcnow
-from steward.domain.plans import plan_outcomes
+from steward.domain.plans import earlier_reviews, max_spend, plan_outcomes
 from steward.domain.waiting import WaitingView
 from steward.observability import logger_for
 from steward.wiring import Services
@@ -43,20 +43,23 @@ def _view(s: Services, user: str) -> WaitingView:
 def _shown(
     s: Services, plan: Plan, seen: WaitingView | None = None, *, details: bool = True
 ) -> dict[str, Any]:
-    """A plan as the API shows it: each item says why it waits (or null), and the plan its
-    items' outcomes and what its tasks cost. `details` False leaves the items' details out
-    (the list route: a page of plans must fit one Lambda answer)."""
+    """A plan as the API shows it: each item says why it waits (or null) and which tasks of
+    its earlier revisions still await review (their pull requests open); the plan its items'
+    outcomes, what its tasks cost, and what confirming it may spend at most. `details` False
+    leaves the items' details out (the list route: a page of plans must fit one Lambda answer)."""
     seen = seen or _view(s, plan.user)
     body = plan.to_api(details=details)
     items = {item.key: item for item in plan.items}
     suspended = seen.suspended(plan.repo)
+    earlier = earlier_reviews(plan, seen.live)
     for entry in body["items"]:
         waits = waiting.for_item(
             plan, items[entry["key"]], seen.state, seen.live, seen.now, installation_suspended=suspended
         )
         entry["waiting"] = None if waits is None else waits.to_api()
+        entry["earlier_reviews"] = earlier.get(entry["key"], [])
     cost = s.tasks.plan_cost(plan.user, plan.slug)
-    return {**body, "outcomes": plan_outcomes(plan), "cost_usd": str(cost)}
+    return {**body, "outcomes": plan_outcomes(plan), "cost_usd": str(cost), "max_spend": max_spend(plan)}
 
 
 def _shown_task(s: Services, task: Task) -> dict[str, Any]:

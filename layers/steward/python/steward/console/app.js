@@ -23,6 +23,16 @@
   let page = { stop() {} }; // what the current page must stop when another opens
 
   // ---- DOM helpers: text only
+  // Characters a page would act on or hide (controls, bidirectional and zero-width format
+  // characters) are shown as escapes, as the CLI shows them (`steward.cli_render:visible`):
+  // a title with U+202E must not read reversed on the page whose Confirm approves it. Every
+  // text the page puts in goes through here (el, notify, the output).
+  const HIDDEN = /[\p{Cc}\p{Cf}]/gu;
+  function visible(text) {
+    return String(text).replace(HIDDEN, (c) => (c === "\n" || c === "\t" ? c
+      : `\\u${c.codePointAt(0).toString(16).padStart(4, "0")}`));
+  }
+
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) {
@@ -30,13 +40,22 @@
       if (key === "class") node.className = value;
       else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
       else if (key === "href") node.setAttribute("href", safeHref(value));
-      else node.setAttribute(key, value === true ? "" : String(value));
+      else node.setAttribute(key, value === true ? "" : visible(value));
     }
     for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
-      node.append(child instanceof Node ? child : String(child)); // a string is a text node
+      node.append(child instanceof Node ? child : visible(child)); // a string is a text node
     }
     return node;
+  }
+
+  // One way to show a time: the person's time zone, the UTC instant on hover.
+  function when(iso) {
+    const date = new Date(iso);
+    if (!iso || Number.isNaN(date.getTime())) return iso ? String(iso) : null;
+    const utc = `${date.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+    return el("time", { datetime: date.toISOString(), title: utc },
+      date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" }));
   }
 
   function safeHref(value) {
@@ -66,7 +85,7 @@
 
   function notify(message, ok) {
     const box = document.getElementById("notice");
-    box.textContent = message;
+    box.textContent = visible(message || "");
     box.className = ok ? "notice ok" : "notice";
     box.hidden = !message;
   }
@@ -75,15 +94,28 @@
     return el("span", { class: `status ${value}` }, String(value).replace(/_/g, " "));
   }
 
-  // The API's details name CLI commands; where this page has the button, it says so instead.
-  const PAGE_DETAIL = { awaiting_confirmation: "the plan is not confirmed yet: Confirm below approves it" };
+  // The API's details name CLI commands; where the console has the button, it says so instead.
+  const PAGE_DETAIL = {
+    awaiting_confirmation: "the plan is not confirmed yet: Confirm below approves it",
+    paused: "the loop is paused: Resume on the Loop page",
+  };
 
-  function waitingText(waiting) {
+  function waitingText(waiting, attrs) {
     if (!waiting) return null;
-    const until = waiting.until ? ` until ${new Date(waiting.until).toLocaleString()}` : "";
+    const due = waiting.reason === "next_tick" && waiting.until && new Date(waiting.until) <= new Date();
+    const until = !waiting.until ? [] : due ? [" due now"] : [" until ", when(waiting.until)];
     const detail = PAGE_DETAIL[waiting.reason] || waiting.detail;
-    return el("div", { class: "waiting" }, `waiting: ${waiting.reason.replace(/_/g, " ")}${until}`,
+    return el("div", { class: "waiting", ...attrs }, `waiting: ${waiting.reason.replace(/_/g, " ")}`, until,
       detail ? ` — ${detail}` : "");
+  }
+
+  // A spend bound as the API computes it (`max_spend`): what confirming may cost at most.
+  function spendText(spend) {
+    if (!spend) return null;
+    const items = `${spend.items} pending item${spend.items === 1 ? "" : "s"}`;
+    const attempts = `${spend.attempts} attempt${spend.attempts === 1 ? "" : "s"}`;
+    return el("span", { id: "max-spend" }, `at most ${money(spend.usd, 2)} (${items} × ${money(spend.budget_usd, 2)} × ${attempts}),`
+      + ` plus up to ${money(spend.budget_usd, 2)} per retry you ask for`);
   }
 
   function money(value, places) {
@@ -259,7 +291,7 @@
         el("td", { class: "hide-narrow" }, plan.repo),
         el("td", {}, `${done}/${total}`, outcomes.length ? el("div", { class: "muted" }, outcomes.join(", ")) : null),
         el("td", {}, `$${plan.cost_usd}`),
-        el("td", { class: "hide-narrow" }, plan.updated_at));
+        el("td", { class: "hide-narrow" }, when(plan.updated_at)));
     });
     showFor(mine, el("h1", {}, "Plans"), plans.length
       ? el("div", { class: "scroll" }, el("table", {},
@@ -272,6 +304,15 @@
   function detailsOf(item) {
     const details = Array.isArray(item.details) ? item.details.join("\n") : item.details;
     return details ? el("div", { class: "details" }, details) : null;
+  }
+
+  // An edited item's earlier revision whose pull request is still open: shown until a person
+  // merges or closes it (the item's own task is the new revision's).
+  function earlierReviews(item) {
+    return (item.earlier_reviews || []).map((r) => el("div", { class: "earlier-review" },
+      `revision ${r.revision} is still in review: `, el("a", { href: `#/tasks/${r.task_id}` }, r.task_id),
+      r.pr_url ? [", ", el("a", { href: r.pr_url, rel: "noopener noreferrer", target: "_blank" }, "its pull request")] : "",
+      " (open until merged or closed)"));
   }
 
   function list(values) {
@@ -299,6 +340,7 @@
         ["Model", field("model")],
         ["Budget per task", field("budget_usd") !== undefined ? `$${field("budget_usd")}` : null],
         ["Max attempts", field("max_attempts")],
+        ["Confirming may spend", plan.max_spend && plan.max_spend.items ? spendText(plan.max_spend) : null],
         ["Checks", list(field("checks"))],
         ["Setup", list(field("setup"))],
         ["Content", el("code", {}, short(plan.content_hash))],
@@ -314,11 +356,17 @@
       ...(diff.items || []).map((c) => el("li", { class: `change ${c.change}` }, `${c.change}: ${c.ordinal === null ? "" : `#${c.ordinal} `}${c.title}`)),
     ] : [];
     if (changes.length) parts.push(el("h2", {}, "Changed since the last confirmation"), el("ul", { class: "changes" }, changes));
-    parts.push(el("h2", {}, "Items"), el("div", { class: "scroll" }, el("table", { class: "items" },
+    // One waiting line for the plan when every waiting item waits for the same reason (a plan
+    // under review: each item is "not confirmed yet"); a line per item only where they differ.
+    const waits = plan.items.filter((i) => i.waiting).map((i) => JSON.stringify(i.waiting));
+    const shared = waits.length > 0 && waits.every((w) => w === waits[0]) ? JSON.parse(waits[0]) : null;
+    parts.push(el("h2", {}, "Items"), shared ? waitingText(shared, { id: "plan-waiting" }) : null,
+      el("div", { class: "scroll" }, el("table", { class: "items" },
       el("thead", {}, el("tr", {}, ["#", "Item", "Status", "Task"].map((h) => el("th", {}, h)))),
       el("tbody", {}, plan.items.map((item) => el("tr", {},
         el("td", {}, item.ordinal === null ? "—" : item.ordinal),
-        el("td", {}, el("div", { class: "item-title" }, item.title), detailsOf(item), waitingText(item.waiting)),
+        el("td", {}, el("div", { class: "item-title" }, item.title), detailsOf(item),
+          shared ? null : waitingText(item.waiting), earlierReviews(item)),
         el("td", {}, status(item.status)),
         el("td", {}, item.task_id ? el("a", { href: `#/tasks/${item.task_id}` }, item.task_id) : "—")))))));
     if (CONFIRMABLE.has(plan.status)) {
@@ -407,6 +455,27 @@
     return box;
   }
 
+  // An event as a sentence; its JSON stays one click away.
+  function sentence(event) {
+    const d = event.data || {};
+    const pull = d.number ? `pull request #${d.number}` : "its pull request";
+    switch (event.type) {
+      case "started": return "The run started.";
+      case "phase": return `Phase ${String(d.phase).replace(/_/g, " ")}${d.turn ? ` (turn ${d.turn})` : ""}.`;
+      case "check": return [`Check `, el("code", {}, d.command), d.passed === true ? " passed." : " failed."];
+      case "publish": return `Publishing: ${d.stage} ${d.status}.`;
+      case "finished":
+        return d.status === "review" || d.outcome === "published" ? "The run finished: its pull request is open for review."
+          : `The run ended${d.status ? `: ${d.status}` : ""}${d.reason ? ` — ${d.reason}` : ""}.`;
+      case "cancelled": return `Cancelled${d.reason ? `: ${d.reason}` : "."}`;
+      case "withdrawn": return `Withdrawn${d.by ? ` by ${d.by}` : ""}: the loop closes ${pull}.`;
+      case "pr_closed": return `The loop closed ${pull}.`;
+      case "github_event":
+        return `GitHub: ${pull} ${d.merged ? "merged" : d.action || "changed"}${d.status ? ` (task ${d.status})` : ""}.`;
+      default: return `${String(event.type).replace(/_/g, " ")}.`;
+    }
+  }
+
   async function taskPage(id) {
     const mine = generation;
     let after = 0;
@@ -416,6 +485,7 @@
     let screenShown = false;
     let artifactsSeen = false;
     let endedPolls = 0; // polls since the task stopped running: its runtime uploads after it notices
+    let ended = false; // finished for good: what has not come will never come ("none", not "none yet")
     const timeline = el("ol", { class: "timeline", id: "timeline" });
     const output = el("pre", { class: "screen", id: "output", "aria-live": "off" });
     const summary = el("div", { id: "summary" });
@@ -438,7 +508,7 @@
       if (!commands.length) return null;
       return el("ul", { id: "checks" }, commands.map((command) => {
         const passed = checkResults.get(command);
-        const mark = passed === undefined ? "not run yet" : passed ? "passed" : "failed";
+        const mark = passed === undefined ? (ended ? "not run" : "not run yet") : passed ? "passed" : "failed";
         return el("li", { class: `check ${mark.replace(/ /g, "-")}` }, el("code", {}, command), ` — ${mark}`);
       }));
     }
@@ -453,22 +523,25 @@
       const remaining = Math.max(0, Number(task.budget_usd) - Number(task.cost_usd));
       const item = itemOf(task, plan);
       const newer = newerThan(task, plan);
+      ended = ENDED_TASK.has(task.status) && !task.waiting;
       summary.replaceChildren(
         el("h1", {}, task.title || task.id, " ", status(task.status)),
         waitingText(task.waiting) || "",
+        outcome(task),
         facts([
           ["Task", task.id],
           ["Plan", el("a", { href: `#/plans/${enc(task.plan_slug)}` }, task.plan_slug)],
           ["Item", task.ordinal],
           ["Attempt", task.attempt],
-          ["Outcome", task.classification ? `${task.classification}${task.reason ? `: ${task.reason}` : ""}` : task.reason],
           ["Repository", task.repo],
           ["Branch", task.branch],
           ["Model", task.model],
           ["Newer attempt", newer ? el("a", { href: `#/tasks/${newer}`, id: "newer-attempt" }, newer) : null],
           ["Cost", `${money(task.cost_usd, 4)} of ${money(task.budget_usd, 2)} (remaining ${money(remaining, 4)})`],
           ["Checks", checkList(plan)],
-          ["Pull request", task.pr_url ? el("a", { href: task.pr_url, rel: "noopener noreferrer", target: "_blank", id: "pr-link" }, task.pr_url) : "none yet"],
+          ["Pull request", task.pr_url ? el("a", { href: task.pr_url, rel: "noopener noreferrer", target: "_blank", id: "pr-link" }, task.pr_url) : ended ? "none" : "none yet"],
+          ["Created", when(task.created_at)],
+          ["Updated", when(task.updated_at)],
           ["Summary", prSummary ? el("div", { class: "details", id: "pr-summary" }, prSummary) : null],
         ]));
       const buttons = [];
@@ -479,6 +552,17 @@
       }
       if (CANCELLABLE.has(task.status)) buttons.push(action("Cancel", "cancel", "Cancelled."));
       actions.replaceChildren(...buttons);
+    }
+
+    // Why it ended, above everything else: a failed task's reason (and its remedy, where the
+    // API gives one) is what a person came to read.
+    function outcome(task) {
+      if (!task.reason || !ENDED_TASK.has(task.status)) return null;
+      const kind = task.classification === "final" ? "final: the loop does not retry it"
+        : task.classification === "retryable" ? "retryable: the loop retries it while attempts remain" : task.classification;
+      return el("div", { class: `outcome ${task.status}`, id: "outcome", role: "note" },
+        el("strong", {}, `${task.status[0].toUpperCase()}${task.status.slice(1)}${kind ? ` (${kind})` : ""}: `), task.reason,
+        task.remedy ? el("div", { class: "remedy", id: "remedy" }, "What to do: ", task.remedy) : null);
     }
 
     function action(label, verb, done) {
@@ -520,12 +604,12 @@
               notify(error.message);
             }
           },
-        }, a.name), ` (${a.size} bytes)`)) : [el("li", { class: "muted" }, "none yet")]));
+        }, a.name), ` (${a.size} bytes)`)) : [el("li", { class: "muted" }, ended ? "none" : "none yet")]));
     }
 
     async function showScreen() {
       const { screen } = await api("GET", `/v1/tasks/${enc(id)}/screen`);
-      if (screen || !output.textContent || output.textContent === NO_OUTPUT) output.textContent = screen || "(no screen tail stored)";
+      if (screen || !output.textContent || output.textContent === NO_OUTPUT) output.textContent = visible(screen || "(no screen tail stored)");
       screenShown = Boolean(screen);
     }
 
@@ -552,7 +636,7 @@
             const name = (lines.find((l) => l.startsWith("event: ")) || "").slice(7);
             const data = lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
             if (name === "output") {
-              output.textContent += data;
+              output.textContent += visible(data);
               output.scrollTop = output.scrollHeight;
             } else if (name === "end") {
               return;
@@ -579,8 +663,8 @@
             const data = event.data || {};
             if (event.type === "check" && typeof data.command === "string") checkResults.set(data.command, data.passed === true);
             if (event.type === "finished" && typeof data.summary === "string" && data.summary) prSummary = data.summary;
-            timeline.append(el("li", {}, el("code", {}, event.type), ` ${event.at} `,
-              el("span", { class: "muted" }, JSON.stringify(event.data || {}))));
+            timeline.append(el("li", { class: `event ${event.type}` }, when(event.at), " ", sentence(event),
+              el("details", {}, el("summary", {}, "JSON"), el("pre", {}, JSON.stringify(event.data || {}, null, 2)))));
           }
           after = page_.next;
           if (page_.events.length < 100) break;

@@ -1,6 +1,6 @@
 """Publish as a pure function: merge a parsed Task Document into the stored plan.
 
-Identity rules (DESIGN section 3): an item keeps its key (and with it status and task id)
+Identity rules (README: "Lifecycles"): an item keeps its key (and with it status and task id)
 when its text is unchanged, wherever it moved; an item whose text changed in place keeps
 its key and, if work had started on it, becomes a new revision (pending, no task: the old
 task stays as history, named by `supersedes` until the new revision spawns, so confirming
@@ -23,14 +23,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from difflib import SequenceMatcher
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from steward.domain import lifecycle
-from steward.domain.documents import ParsedItem, TaskDocument
 from steward.domain.errors import LifecycleError
 from steward.domain.ids import item_key
-from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind
+from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, Task, TaskStatus
+
+if TYPE_CHECKING:
+    # Only annotations here: the API's routes read plans (outcomes, earlier reviews) on
+    # every call, and the parser (its pydantic models, the price table) loads with a publish.
+    from steward.domain.documents import ParsedItem, TaskDocument
 
 MAX_REMOVED_ITEMS = 50  # removed items kept as history, the most recently removed
 REMOVED_TITLE_CHARS = 200  # a removed item's title is cut to this many characters
@@ -317,3 +322,45 @@ def plan_outcomes(plan: Plan) -> dict[str, int]:
         if shown in counts:
             counts[shown] += 1
     return counts
+
+
+def max_spend(plan: Plan) -> dict[str, Any]:
+    """What confirming the plan may spend at most: every current item that would start work
+    (pending) may run `max_attempts` attempts (the loop retries a retryable failure by
+    itself), each up to `budget_usd`. A retry a person asks for is not bounded by
+    `max_attempts`: each adds up to `budget_usd` more."""
+    fm = plan.front_matter
+    budget = Decimal(str(fm.get("budget_usd", 0)))
+    attempts = int(fm.get("max_attempts", 3))
+    items = sum(1 for i in plan.items if not i.removed and i.status is ItemStatus.PENDING)
+    return {
+        "usd": str(items * budget * attempts),
+        "items": items,
+        "budget_usd": str(budget),
+        "attempts": attempts,
+    }
+
+
+def earlier_reviews(plan: Plan, live: Sequence[Task]) -> dict[str, list[dict[str, Any]]]:
+    """Per item key, its tasks of an earlier revision still in review: an edit made a new
+    revision, yet the old task's pull request is open until a person merges or closes it
+    (or withdraws it), so the item must not hide it. `live` holds every review task."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for task in sorted(live, key=lambda t: (t.revision, t.attempt)):
+        item = plan.item(task.item_key)
+        if (
+            task.plan_id != plan.id
+            or task.status is not TaskStatus.REVIEW
+            or item is None
+            or task.id == item.task_id
+            or task.revision >= item.revision
+        ):
+            continue
+        shown = {
+            "task_id": task.id,
+            "revision": task.revision,
+            "attempt": task.attempt,
+            "pr_url": task.pr_url,
+        }
+        found.setdefault(task.item_key, []).append(shown)
+    return found

@@ -107,7 +107,7 @@ def _loop_gates(state: LoopState, now: datetime, installation_suspended: bool) -
     if not settings.enabled:
         return Waiting("disabled", None, "the loop is disabled: `steward loop set --enabled true`")
     if settings.paused:
-        return Waiting("paused", None, "the loop is paused: `steward loop set --paused false`")
+        return Waiting("paused", None, "the loop is paused: `steward loop resume`")
     if gates.in_quiet_hours(settings, now):
         end = gates.quiet_hours_end(settings, now)
         window = settings.quiet_hours
