@@ -37,31 +37,45 @@ BUILD_REQUIRES = $(PYTHON) -c 'import tomllib; t = tomllib.load(open("pyproject.
 
 .PHONY: demo test lint bench sim install lock clean sandbox-tools browser-tools layer layer-check synth
 
+# One line per stage on the terminal; pip's own output (a machine's pip config can add
+# hundreds of warnings) goes to $(INSTALL_LOG), which holds the last stage's and is printed
+# only when that stage fails.
+INSTALL_LOG := $(VENV)/install.log
+LOGGED = >$(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG) >&2; echo "make: this step failed; its output is above and in $(INSTALL_LOG)" >&2; exit 1; }
+
 # The stamps are named by the content they were installed from, not dated against it, so a
 # checkout that leaves the files as they were reinstalls nothing.
 $(LOCKED):
 	@rm -rf $(VENV)
+	@echo "creating the virtual environment $(VENV) ($$($(PYTHON) --version))"
 	@$(PYTHON) -m venv $(VENV)
-	@$(PIP) install -q --require-hashes --no-deps -r requirements-dev.lock
-	@$(PIP) check >/dev/null || { $(PIP) check; exit 1; }
+	@echo "installing $$(grep -c '^[A-Za-z0-9]' requirements-dev.lock) locked packages from requirements-dev.lock (about a minute)"
+	@$(PIP) install -q --require-hashes --no-deps -r requirements-dev.lock $(LOGGED)
+	@echo "checking the installed packages (pip check)"
+	@$(PIP) check $(LOGGED)
 	@touch $@
 
 $(STAMP): $(LOCKED)
 	@rm -f $(VENV)/.installed-*
-	@$(PIP) install -q --no-deps --no-build-isolation -e .
+	@echo "installing Steward from this tree (editable)"
+	@$(PIP) install -q --no-deps --no-build-isolation -e . $(LOGGED)
+	@echo "checking that the locks pin what pyproject.toml asks for (tools/check_lock.py)"
 	@$(PY) tools/check_lock.py
+	@echo "$(VENV) is ready"
 	@touch $@
 
 install: $(STAMP)
 
 $(UV):
-	@$(PYTHON) -m pip install -q --disable-pip-version-check --target $(VENV)/tools/uv-$(UV_VERSION) uv==$(UV_VERSION)
+	@echo "fetching uv $(UV_VERSION) into $(VENV)/tools"
+	@mkdir -p $(VENV)
+	@$(PYTHON) -m pip install -q --disable-pip-version-check --target $(VENV)/tools/uv-$(UV_VERSION) uv==$(UV_VERSION) $(LOGGED)
 
 lock: $(UV)
 	$(BUILD_REQUIRES) | $(COMPILE) pyproject.toml - --extra dev $(LOCK_ARGS) -o requirements-dev.lock
 	$(COMPILE) pyproject.toml -c requirements-dev.lock -o requirements.lock
 
-# Verification commands run under bubblewrap (DESIGN section 6). Without it the runner falls
+# Verification commands run under bubblewrap (README: "The runner"). Without it the runner falls
 # back to a weaker sandbox mode and the sandbox tests fail, so install it where missing.
 sandbox-tools:
 	@command -v bwrap >/dev/null 2>&1 || { \
@@ -83,8 +97,15 @@ browser-tools:
 demo: $(STAMP) sandbox-tools
 	$(VENV)/bin/steward demo
 
+# Test modules run in parallel worker processes (pytest-xdist): most of the suite waits on
+# subprocesses, stacks and ticks, not on a core. `--dist loadfile` keeps a module's tests in
+# one worker (module-scoped stacks); tests/conftest.py hands out the slowest modules first
+# (hence no reordering by size) and gives each worker its own temporary directory.
+# Three workers on 2 cores: the suite needs about 15 CPU-minutes, so more workers mostly add
+# contention (4 let the demo test time out on a busy machine). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 3
 test: $(STAMP) sandbox-tools browser-tools
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) tools/check_lock.py

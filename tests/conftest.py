@@ -2,17 +2,26 @@
 
 Unit speed: moto in-process (`mock_aws`). Tables come from `steward.tables`, the same specs
 the local stack and the CDK app use. moto's DynamoDB is serialized with one lock
-(`install_dynamodb_lock`, DESIGN section 10) so that races exercise Steward's conditions,
+(`install_dynamodb_lock`, README: "Testing notes") so that races exercise Steward's conditions,
 not moto's lack of linearizability. Three short cuts through moto
 (`steward.local.moto_speed`) change what it answers in nothing but time.
+
+`make test` runs the modules in parallel worker processes (pytest-xdist, `--dist loadfile`):
+each module's tests in one process, every process with its own temporary directory (so its
+stacks' state directories, moto servers' files and sandboxes' scratch never meet another's),
+the slowest modules handed out first, and the infra modules together (they share one synth).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
+from hypothesis import settings as hypothesis_settings
 from moto import mock_aws
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
@@ -20,11 +29,76 @@ from steward.config import Settings
 from steward.local.moto_serial import install_dynamodb_lock, install_s3_lock
 from steward.local.moto_speed import install_moto_shortcuts
 from steward.wiring import Services
+from xdist.scheduler import LoadFileScheduling
 
 REGION = "us-east-1"
 
 # Every moto in this process, whoever starts it: the same answers, a third less time each.
 install_moto_shortcuts()
+
+# No per-example time limit: a wall-clock limit fails a correct example whenever the
+# machine is busy (as it is with parallel workers), and tests assert behaviour, not time.
+hypothesis_settings.register_profile("steward", deadline=None)
+hypothesis_settings.load_profile("steward")
+
+# The modules that take longest, started first so that none of them is left running alone at
+# the end (the rest keep their collection order). Only the order depends on this list.
+SLOWEST_FIRST = (
+    "tests/sim/test_control_plane.py",
+    "tests/e2e/test_cli.py",
+    "tests/integration/test_runner.py",
+    "tests/integration/test_webhooks.py",
+    "tests/integration/test_publication.py",
+    "tests/infra/",
+    "tests/e2e/test_console.py",
+    "tests/integration/test_capability.py",
+    "tests/integration/test_runtime_routes.py",
+)
+# Modules under one of these folders run in one worker: they share a session fixture too
+# costly to build once per worker (the CDK synth), and its caches in build/.
+ONE_WORKER = ("tests/infra/",)
+
+
+def _rank(nodeid: str) -> int:
+    return next((n for n, start in enumerate(SLOWEST_FIRST) if nodeid.startswith(start)), len(SLOWEST_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Stable: each module's tests stay together and in their order.
+    items.sort(key=lambda item: _rank(item.nodeid))
+
+
+class ModuleScheduling(LoadFileScheduling):
+    """xdist's `loadfile` (a module's tests in one worker, for its module-scoped stacks), with
+    the folders of ONE_WORKER as one unit each."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return next(
+            (folder for folder in ONE_WORKER if nodeid.startswith(folder)), super()._split_scope(nodeid)
+        )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadFileScheduling | None:
+    return ModuleScheduling(config, log) if config.getoption("dist") == "loadfile" else None  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This process's temporary files, and its subprocesses' (TMPDIR), in a directory of its
+    own under its pytest base directory: no other worker lists, fills or removes them."""
+    own = tmp_path_factory.mktemp("tmp", numbered=False)
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = str(own)
+    tempfile.tempdir = str(own)
+    try:
+        yield own
+    finally:
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
 
 
 @pytest.fixture(autouse=True)
