@@ -1,5 +1,5 @@
 """Governed publication against the GitHub twin, a real clone and real git processes
-(DESIGN sections 3, 6): stages recorded, the bot's commit on the task's branch, one pull
+(README: "Lifecycles", "The runner"): stages recorded, the bot's commit on the task's branch, one pull
 request however often publication is repeated, cancellation re-checked, foreign commits never
 overwritten, and no credential left behind in the clone or in any artifact."""
 
@@ -693,7 +693,7 @@ def test_no_token_in_git_config_or_in_any_exception(kit: Kit) -> None:
     assert_nothing_persisted(clone, kit.tokens)
 
 
-# ---- untrusted trees (DESIGN section 10: nothing the model or a check writes runs)
+# ---- untrusted trees (README: "Testing notes": nothing the model or a check writes runs)
 
 
 class Listener:

@@ -1,5 +1,5 @@
 """Task creation: deterministic, idempotent, linked to its item atomically; and the races
-of the issue, run with real threads against moto (DynamoDB serialized, DESIGN section 10)."""
+of the issue, run with real threads against moto (DynamoDB serialized, README: "Testing notes")."""
 
 from __future__ import annotations
 

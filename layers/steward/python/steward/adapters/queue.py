@@ -1,4 +1,4 @@
-"""SQS adapter of the heartbeat FIFO queue: the scheduler's fan-out (DESIGN section 2).
+"""SQS adapter of the heartbeat FIFO queue: the scheduler's fan-out (README: "Architecture").
 
 One message per user per tick window. The group is the user, so one user's heartbeats never
 overlap; the deduplication id is a hash of user and window, so a replayed or retried

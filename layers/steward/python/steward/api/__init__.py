@@ -1,1 +1,1 @@
-"""The client HTTP API (DESIGN section 4): routes on a Powertools resolver."""
+"""The client HTTP API (README: "Identity and publishing rules"): routes on a Powertools resolver."""

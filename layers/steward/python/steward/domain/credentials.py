@@ -1,4 +1,4 @@
-"""Credentials Steward issues, and how to recognize one in text (DESIGN sections 5, 6). Pure.
+"""Credentials Steward issues, and how to recognize one in text (README: "The relay", "The runner"). Pure.
 
 The relay refuses a body that carries one (it would hand it to a model provider), and the
 runner redacts them from everything it sends to a model. Both need a test that is precise:

@@ -1,4 +1,4 @@
-"""Deterministic identities (DESIGN section 3).
+"""Deterministic identities (README: "Lifecycles").
 
 Every id is a hash of what identifies the thing, so a retried write finds the same id and a
 conditional put can decide whether it already happened.

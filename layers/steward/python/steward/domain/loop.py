@@ -1,4 +1,4 @@
-"""Per-user loop settings (DESIGN section 4, `GET/PUT /v1/loop`)."""
+"""Per-user loop settings (README: "Identity and publishing rules", `GET/PUT /v1/loop`)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class LoopSettingsUpdate(BaseModel):
 
 class LoopState(BaseModel):
     """What the heartbeat reads of a user in one GetItem: settings plus the loop's own
-    bookkeeping (DESIGN section 1 watermark contract)."""
+    bookkeeping (README: "The loop" watermark contract)."""
 
     model_config = ConfigDict(frozen=True)
 

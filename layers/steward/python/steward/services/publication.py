@@ -1,4 +1,4 @@
-"""Governed publication: the runner's last step, never the model's (DESIGN sections 3, 6).
+"""Governed publication: the runner's last step, never the model's (README: "Lifecycles", "The runner").
 
 Stages, in order, each recorded in `publish.json` (stage -> {status, at, detail}) as soon as
 it ends: `stage` (git add -A, nested repositories left out), `record` (staged files,
@@ -167,7 +167,7 @@ class _Run:
     _token: str | None = None
 
     def token(self) -> str:
-        """The installation token, asked for once per attempt (at push time, DESIGN 6)."""
+        """The installation token, asked for once per attempt (at push time, README: "The runner")."""
         if self._token is None:
             token = self.token_provider()
             if not token:
