@@ -57,6 +57,9 @@ SLOWEST_FIRST = (
 # Modules under one of these folders run in one worker: they share a session fixture too
 # costly to build once per worker (the CDK synth), and its caches in build/.
 ONE_WORKER = ("tests/infra/",)
+# Modules whose tests are spread over the workers one by one: the simulation's CI shards, each
+# a process of its own for a minute or more and no module-scoped fixture between them.
+SPREAD = ("tests/sim/test_control_plane.py",)
 
 
 def _rank(nodeid: str) -> int:
@@ -70,9 +73,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 class ModuleScheduling(LoadFileScheduling):
     """xdist's `loadfile` (a module's tests in one worker, for its module-scoped stacks), with
-    the folders of ONE_WORKER as one unit each."""
+    the folders of ONE_WORKER as one unit each and each test of SPREAD a unit of its own."""
 
     def _split_scope(self, nodeid: str) -> str:
+        if nodeid.startswith(SPREAD):
+            return nodeid
         return next(
             (folder for folder in ONE_WORKER if nodeid.startswith(folder)), super()._split_scope(nodeid)
         )

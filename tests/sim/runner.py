@@ -1,9 +1,10 @@
 """Runs the simulation's schedules: `--worker N` runs one worker's share in this process and
 prints, as its last line, a JSON summary (schedules, steps, faults fired per kind, the
 failure with its shrunk schedule if any); without `--worker` it starts `--workers` of them
-(one per core: each schedule is one thread), waits, and prints the combined figures.
+(each schedule is one thread), waits, and prints the combined figures.
 
-`tests/sim/test_control_plane.py` runs the CI profile this way; `make sim` the long one:
+`tests/sim/test_control_plane.py` runs the CI profile's 4 workers as 4 test cases, one
+worker each (so the suite's test processes share them out); `make sim` the long one:
 `python -m tests.sim.runner --profile long --seed 7`. A failure names the command that
 replays it (a worker's seed is `seed * 100 + worker`).
 """
@@ -29,11 +30,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PROFILES = {
     # Per worker. Hypothesis runs more schedules than the valid ones it counts toward
     # `max_examples` (it abandons some as invalid); each of those was run, checked and
-    # converged all the same and is counted, so 220 per worker make the CI profile's 500 and
-    # more (the test fails below 500).
-    "ci": {"max_examples": 220, "stateful_step_count": 12},
+    # converged all the same and is counted, so 115 per worker make the CI profile's 4 workers
+    # (one per test shard) run 500 and more (the test fails below 500).
+    "ci": {"max_examples": 115, "stateful_step_count": 12},
     "long": {"max_examples": 2500, "stateful_step_count": 50},
 }
+# Workers per profile when `--workers` is not given.
+WORKERS = {"ci": 4, "long": 2}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,11 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="ci")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--worker", type=int, default=None)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=None, help="4 for ci, 2 for long")
     parser.add_argument("--examples", type=int, default=None, help="schedules per worker")
     args = parser.parse_args(argv)
     if args.worker is None:
-        summaries, seconds = run_workers(args.profile, args.seed, args.workers, args.examples)
+        workers = args.workers if args.workers is not None else WORKERS[args.profile]
+        summaries, seconds = run_workers(args.profile, args.seed, workers, args.examples)
         line, _ = report(summaries, seconds)
         print(line)
         failures = [str(s["failure"]) for s in summaries if s["failure"]]
@@ -111,16 +115,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_workers(
-    profile: str, seed: int, workers: int = 2, examples: int | None = None
+    profile: str, seed: int, workers: int = 2, examples: int | None = None, first: int = 0
 ) -> tuple[list[dict[str, Any]], float]:
-    """Run `workers` workers at once; their summaries and the wall time in seconds."""
+    """Run workers `first` to `first + workers - 1` at once; their summaries and the wall time
+    in seconds."""
     command = [sys.executable, "-m", "tests.sim.runner", "--profile", profile, "--seed", str(seed)]
     if examples is not None:
         command += ["--examples", str(examples)]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="steward-sim-out-") as out:
         procs = []
-        for n in range(workers):
+        for n in range(first, first + workers):
             # Files, not pipes: a worker must never block on output nobody reads yet.
             stdout, stderr = (open(Path(out) / f"{n}.{kind}", "w+") for kind in ("out", "err"))  # noqa: SIM115
             procs.append(
