@@ -497,7 +497,8 @@ def test_loop_settings_pause_and_resume_at_phone_width(browser: Browser, stack: 
     expect(page.locator("#notice")).to_contain_text("saved")
     page.locator("#pause").focus()
     page.keyboard.press("Enter")  # the keyboard alone resumes it
-    expect(page.locator("#notice")).to_contain_text("Resumed")
+    # A write and a re-render under a loaded machine's parallel workers: wait longer than 5 s.
+    expect(page.locator("#notice")).to_contain_text("Resumed", timeout=20_000)
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 375, f"the page scrolls sideways at 375 px ({width})"
     shot(page, "loop-375px")
