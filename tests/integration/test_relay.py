@@ -27,7 +27,7 @@ from steward.domain.errors import (
     TooLarge,
     Unauthorized,
 )
-from steward.domain.models import Task, TaskStatus, utcnow
+from steward.domain.models import TaskStatus, utcnow
 from steward.local.http_adapter import LambdaHttpServer
 from steward.services.reaper import Reaper
 from steward.wiring import Services
@@ -39,22 +39,6 @@ from tests.support.relay import RelayKit, ask, build_relay
 @pytest.fixture
 def kit(services: Services) -> RelayKit:
     return build_relay(services)
-
-
-def reserve(kit: RelayKit, task: Task, rid: str, *, cost: Decimal, cap: Decimal, minutes: int) -> None:
-    """A reservation as the relay makes it, held as a call in flight would hold it."""
-    now = utcnow()
-    refused = kit.budget.reserve(
-        task_id=task.id,
-        owner=task.user,
-        model=task.model,
-        token_cap=cap,
-        cost=cost,
-        reservation_id=rid,
-        expires_at=now + timedelta(minutes=minutes),
-        now=now,
-    )
-    assert refused is None
 
 
 def test_an_admitted_call_reserves_settles_and_reports_cost(kit: RelayKit) -> None:
@@ -89,7 +73,7 @@ def test_max_tokens_is_lowered_to_what_the_budget_pays(kit: RelayKit) -> None:
 
 def test_room_held_by_calls_in_flight_is_429_and_settled_room_gone_is_402(kit: RelayKit) -> None:
     task = kit.running_task(budget="0.01")
-    reserve(kit, task, "rheld", cost=Decimal("0.0099"), cap=Decimal("0.01"), minutes=5)
+    kit.reserve(task, "rheld", cost=Decimal("0.0099"), cap=Decimal("0.01"), minutes=5)
     with pytest.raises(RetryLater) as wait:
         kit.call(task)
     assert 1 <= wait.value.retry_after <= 30
@@ -121,7 +105,7 @@ def test_a_call_too_large_for_what_is_left_says_so_with_the_figures_not_that_the
     kit: RelayKit, text: str, max_tokens: int, remedy: str
 ) -> None:
     task = kit.running_task(budget="0.50", model="scripted-pricey")
-    reserve(kit, task, "rspent", cost=Decimal("0.0001"), cap=Decimal("0.50"), minutes=5)
+    kit.reserve(task, "rspent", cost=Decimal("0.0001"), cap=Decimal("0.50"), minutes=5)
     kit.budget.settle(
         task_id=task.id, reservation_id="rspent", reserved=Decimal("0.0001"), actual=Decimal("0.0001")
     )
@@ -151,7 +135,7 @@ def test_a_call_too_large_for_what_is_left_says_so_with_the_figures_not_that_the
 def test_a_budget_left_below_the_smallest_call_is_spent(kit: RelayKit) -> None:
     task = kit.running_task(budget="0.50", model="scripted-pricey")
     spent = Decimal("0.50") - min_call_cost(PRICEY) + Decimal("0.000001")
-    reserve(kit, task, "rspent", cost=spent, cap=Decimal("0.50"), minutes=5)
+    kit.reserve(task, "rspent", cost=spent, cap=Decimal("0.50"), minutes=5)
     kit.budget.settle(task_id=task.id, reservation_id="rspent", reserved=spent, actual=spent)
     with pytest.raises(BudgetExhausted) as refused:  # what is left pays for less than 1 KiB in
         kit.call(task, ask("x" * 1500, max_tokens=4096))
@@ -160,7 +144,7 @@ def test_a_budget_left_below_the_smallest_call_is_spent(kit: RelayKit) -> None:
 
 def test_settlement_replayed_changes_nothing(kit: RelayKit) -> None:
     task = kit.running_task()
-    reserve(kit, task, "r1", cost=Decimal("0.5"), cap=Decimal(1), minutes=5)
+    kit.reserve(task, "r1", cost=Decimal("0.5"), cap=Decimal(1), minutes=5)
     first = kit.budget.settle(
         task_id=task.id, reservation_id="r1", reserved=Decimal("0.5"), actual=Decimal("0.1")
     )
@@ -207,7 +191,7 @@ def test_a_provider_outcome_that_is_unknown_charges_the_reservation_in_full(
 def test_expired_reservations_are_charged_in_full_by_the_reaper_once(kit: RelayKit) -> None:
     task = kit.running_task()
     now = utcnow()
-    reserve(kit, task, "rlost", cost=Decimal("0.2"), cap=Decimal(1), minutes=1)
+    kit.reserve(task, "rlost", cost=Decimal("0.2"), cap=Decimal(1), minutes=1)
     reaper = Reaper(kit.services.tasks.tasks, None, kit.budget)
     assert reaper.sweep_reservations(now) == 0  # not expired yet
     assert reaper.sweep_reservations(now + timedelta(minutes=2)) == 1
@@ -295,7 +279,7 @@ def test_the_relay_lambda_answers_429_with_retry_after_over_http(
 
     monkeypatch.setattr(wiring, "relay", lambda: kit.relay)
     task = kit.running_task(budget="0.01")
-    reserve(kit, task, "rheld", cost=Decimal("0.0099"), cap=Decimal("0.01"), minutes=5)
+    kit.reserve(task, "rheld", cost=Decimal("0.0099"), cap=Decimal("0.01"), minutes=5)
     with LambdaHttpServer(relay_handler.lambda_handler, kind="rest_api") as server:
         url = f"{server.url}/v1/relay/converse"
         held = httpx.post(url, json=ask(), headers={"Authorization": f"Bearer {kit.capability(task)}"})

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -212,18 +211,7 @@ def test_boto3_budget_refusal_raises_the_documented_exception_and_charges_nothin
 def test_boto3_retries_a_429_after_x_amz_retry_after_and_is_then_admitted(relay: Relay) -> None:
     task = relay.kit.running_task(budget=str(calls_worth(1)))
     held = calls_worth(1) - Decimal("0.000001")
-    now = relay.kit.relay.clock()
-    refusal = relay.kit.budget.reserve(
-        task_id=task.id,
-        owner=task.user,
-        model=task.model,
-        token_cap=task.budget_usd,
-        cost=held,
-        reservation_id="rheld",
-        expires_at=now + timedelta(minutes=5),
-        now=now,
-    )
-    assert refusal is None
+    relay.kit.reserve(task, "rheld", cost=held)
     client = relay.bedrock(task, retries=3)
     statuses: list[int] = []
 
@@ -408,18 +396,7 @@ def test_a_call_too_large_for_what_is_left_is_a_402_of_its_own_on_every_surface(
 ) -> None:
     task = relay.kit.running_task(budget="0.50", model="scripted-pricey")
     spent = Decimal("0.0001")
-    now = relay.kit.relay.clock()
-    refusal = relay.kit.budget.reserve(
-        task_id=task.id,
-        owner=task.user,
-        model=task.model,
-        token_cap=task.budget_usd,
-        cost=spent,
-        reservation_id="rspent",
-        expires_at=now + timedelta(minutes=5),
-        now=now,
-    )
-    assert refusal is None
+    relay.kit.reserve(task, "rspent", cost=spent)
     relay.kit.budget.settle(task_id=task.id, reservation_id="rspent", reserved=spent, actual=spent)
     answer = httpx.post(
         relay.url + path,

@@ -53,6 +53,23 @@ class RelayKit:
         )
         return self.signer.mint({**claims, **overrides})
 
+    def reserve(
+        self, task: Task, rid: str, *, cost: Decimal, cap: Decimal | None = None, minutes: int = 5
+    ) -> None:
+        """A reservation as the relay makes it, held as a call in flight would hold it."""
+        now = self.relay.clock()
+        refused = self.budget.reserve(
+            task_id=task.id,
+            owner=task.user,
+            model=task.model,
+            token_cap=task.budget_usd if cap is None else cap,
+            cost=cost,
+            reservation_id=rid,
+            expires_at=now + timedelta(minutes=minutes),
+            now=now,
+        )
+        assert refused is None
+
     def call(self, task: Task, body: dict[str, Any] | None = None, token: str | None = None) -> Any:
         return self.relay.converse(f"Bearer {token or self.capability(task)}", json.dumps(body or ask()))
 
