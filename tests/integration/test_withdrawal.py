@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from steward.adapters.delivery_store import DeliveryStore
+from steward.adapters.dynamo import count_requests
 from steward.adapters.github import GitHubApp, PullRef, PullState
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.liveness import LivenessIndex
@@ -522,6 +523,23 @@ def test_resync_finds_a_reopen_and_a_merge_whose_deliveries_were_lost(
     assert [i.status for i in plan.items] == [ItemStatus.MERGED, ItemStatus.MERGED]
     tick(loop)
     assert "alice" not in set(LivenessIndex(loop.services.tables).all_live_users())
+
+
+def test_the_closed_tasks_resync_watches_are_read_in_one_request_per_tick(
+    loop: Loop, twin: GitHubTwin, app: GitHubApp, installation: int, receiver: WebhookReceiver
+) -> None:
+    tasks = in_review(loop, twin, app, installation, *numbered(3))
+    for task in tasks:
+        twin.close(REPO, task.pr_number or 0)
+        assert send(receiver, twin.deliveries[-1]) == "applied"
+    tick(loop)
+    resync = loop.heartbeat.resync
+    assert resync is not None
+    plans = [p for p in [loop.services.plans.get("alice", "demo")] if p is not None]
+    with count_requests(loop.services.tables) as requests:
+        watched = resync.recently_closed(plans, now=loop.clock())
+    assert sorted(t.id for t in watched) == sorted(t.id for t in tasks)
+    assert dict(requests) == {"BatchGetItem": 1}  # never a GetItem per closed item, every tick
 
 
 def test_a_withdrawn_task_stays_closed_when_its_pull_request_is_reopened_and_the_loop_closes_it_again(

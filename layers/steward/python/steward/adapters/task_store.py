@@ -107,6 +107,10 @@ class _AlreadyClear(Exception):
     """A withdrawal's close was recorded already."""
 
 
+BATCH_GET_KEYS = 100  # BatchGetItem's limit
+BATCH_TRIES = 3
+
+
 class TaskStore:
     def __init__(self, tables: Tables) -> None:
         self._tables = tables
@@ -117,6 +121,29 @@ class TaskStore:
     def get(self, task_id: str) -> Task | None:
         found = self._table.get_item(Key={"task_id": task_id}, ConsistentRead=True)
         return item_to_task(found["Item"]) if "Item" in found else None
+
+    def get_many(self, task_ids: Sequence[str]) -> list[Task]:
+        """The tasks of `task_ids` that exist, read consistently in one BatchGetItem per 100
+        ids (never a GetItem each). Keys DynamoDB leaves unprocessed are asked again, up to
+        BATCH_TRIES times; what is still unread then is left out (for callers that look again
+        at their next tick)."""
+        name = self._tables.name(TASKS)
+        wanted = list(dict.fromkeys(task_ids))
+        found: list[Task] = []
+        for start in range(0, len(wanted), BATCH_GET_KEYS):
+            request: Any = {
+                name: {
+                    "Keys": [{"task_id": i} for i in wanted[start : start + BATCH_GET_KEYS]],
+                    "ConsistentRead": True,
+                }
+            }
+            for _ in range(BATCH_TRIES):
+                answer = self._tables.client.batch_get_item(RequestItems=request)
+                found += [item_to_task(item) for item in answer["Responses"].get(name, [])]
+                request = answer.get("UnprocessedKeys")
+                if not request:
+                    break
+        return found
 
     def require(self, task_id: str) -> Task:
         task = self.get(task_id)
@@ -720,7 +747,7 @@ class TaskStore:
         if task.status is TaskStatus.REVIEW and task.pr_number is not None:
             # one open pull request per item revision: its own (reopened, perhaps) comes first
             raise LifecycleError(
-                f"a task that is review cannot be retried: its pull request #{task.pr_number} is open "
+                f"a task in review cannot be retried: its pull request #{task.pr_number} is open "
                 f"({task.pr_url}); merge or close it first",
                 field="status",
             )

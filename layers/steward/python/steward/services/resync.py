@@ -93,7 +93,7 @@ class Resync:
     def recently_closed(self, plans: list[Plan], *, now: datetime) -> list[Task]:
         """The tasks whose pull request a person closed within the window
         (`domain.resync.watched_closed`), found from what the plans' items say (no request
-        when no item of a plan changed within the window is closed), then read."""
+        when no item of a plan changed within the window is closed), then read in one batch."""
         since = now - self.policy.closed_window
         ids = [
             item.task_id
@@ -102,8 +102,7 @@ class Resync:
             for item in plan.items
             if item.status is ItemStatus.CLOSED and item.task_id and not item.removed
         ]
-        found = (self.tasks.get(task_id) for task_id in ids)
-        return [t for t in found if t is not None and resync.watched_closed(t, now, self.policy)]
+        return [t for t in self.tasks.get_many(ids) if resync.watched_closed(t, now, self.policy)]
 
     def sweep_review(
         self, sweep: Sweep, user: str, live: list[Task], *, now: datetime, closed: list[Task] | None = None
