@@ -57,6 +57,7 @@ class _Runtime:
         self.ref = f"{_REF_PREFIX}{proc.pid}"
         self._lock = threading.Lock()
         self._reaped = threading.Event()
+        self.stopping = False  # a stop was asked: a later launch starts a new runtime
         threading.Thread(target=self._reap, name=f"reap-{proc.pid}", daemon=True).start()
 
     @property
@@ -113,19 +114,27 @@ class LocalLauncher:
     def launch(self, task: Task, ticket: str) -> str:
         with self._lock:
             current = self._runtimes.get(task.id)
-            if current is not None and current.running:
+            if current is not None and current.running and not current.stopping:
                 return current.ref
             runtime = _Runtime(self._start(task, ticket))
             self._runtimes[task.id] = runtime
             return runtime.ref
 
     def stop(self, task: Task, launch_ref: str | None) -> None:
-        """Stop the process group of `task`'s runtime, if this launcher started one. A
-        reference alone never leads to a signal: a pid not started here may be anyone's."""
+        """Ask the process group of `task`'s runtime to stop, if this launcher started one, and
+        return, as ECS's StopTask does: SIGTERM now, SIGKILL after the grace, from a thread of
+        its own. Waiting here would hold the invocation that stops it (a heartbeat, a cancel)
+        while the runtime, unwinding, calls the stack's API, which waits on that invocation.
+        A reference alone never leads to a signal: a pid not started here may be anyone's."""
         with self._lock:
             runtime = self._runtimes.get(task.id)
-        if runtime is not None:
-            _terminate([runtime], self._stop_grace)
+            if runtime is None or runtime.stopping:
+                return
+            runtime.stopping = True
+        runtime.signal_group(signal.SIGTERM)
+        threading.Thread(
+            target=_terminate, args=([runtime], self._stop_grace), name=f"stop-{runtime.ref}", daemon=True
+        ).start()
 
     # ---- local extras
     def wait(self, task_id: str, timeout: float | None = 60.0) -> int | None:
