@@ -6,9 +6,13 @@ over HTTPS (the local stack's front door) on the moto server:
    is cached for 5 s, so it shows as a fraction);
 2. the median time per call as a ratio to the median of the relay's own two writes
    (reserve + settle) issued raw on the same server in the same run, in alternating blocks
-   so that both see the same machine:
+   so that all see the same machine:
    what the surface, the HTTP front door, TLS and the client add to the budget's I/O (aim
-   at most 1.15).
+   at most 1.15);
+3. the floor under that ratio: the same stock client through the same front door to a
+   handler that answers, without any work, the answer the relay gave it (`floor ms`), so
+   `(raw + floor) / raw` is the least any relay could show here, and `relay ms`
+   (call - floor - raw) is what the relay itself adds beyond its two writes.
 
 Only the figures are printed: the handler's metrics are off (Powertools would print an EMF
 blob into the table every 100 calls).
@@ -54,13 +58,13 @@ from steward.services.brake import CachedBrake
 from bench.relay import kit_on
 from tests.support.relay import RelayKit
 
-ROUNDS = 100
-BLOCKS = 4  # surface calls and raw pairs alternate in this many blocks of ROUNDS / BLOCKS
+ROUNDS = 200
+BLOCKS = 8  # surface calls, the floor and raw pairs alternate in this many blocks of ROUNDS / BLOCKS
 HELLO = [{"role": "user", "content": [{"text": "Say hello."}]}]
 CHAT = [{"role": "user", "content": "Say hello."}]
 
 
-def surfaces(kit: RelayKit, url: str, ca: Path) -> dict[str, Callable[[Task, str], Callable[[], Any]]]:
+def surfaces(url: str, ca: Path) -> dict[str, Callable[[Task, str], Callable[[], Any]]]:
     """Surface name -> (task, capability) -> one call by that surface's stock client."""
     context = ssl.create_default_context(cafile=str(ca))
 
@@ -153,37 +157,83 @@ def main() -> None:
         kit.relay.brake = CachedBrake(BrakeStore(kit.services.tables).read).engaged
         wiring.relay = lambda: kit.relay  # type: ignore[assignment]
         secured = tls.create(Path(state))
-        with LambdaHttpServer(relay_handler.lambda_handler, kind="rest_api", tls=secured.context) as server:
+        with LambdaHttpServer(recorded.handler, kind="rest_api", tls=secured.context) as server:
             print(
                 f"relay surfaces over HTTPS ({server.url}) on the moto server ({moto.url}), {ROUNDS} calls each"
             )
-            rows = []
-            for n, (name, make) in enumerate(surfaces(kit, server.url, secured.ca_bundle).items()):
-                task = kit.running_task(budget="9.00", slug=f"surface{n}")
-                call = make(task, kit.capability(task))
-                call()  # warm: client, connection, TLS session, the brake's cache
-                raw_task = kit.running_task(budget="9.00", slug=f"raw{n}")
-                times: list[float] = []
-                requests: Counter[str] = Counter()
-                raw_times: list[float] = []
-                for block in range(BLOCKS):
-                    with count_requests(kit.services.tables) as counted:
-                        for _ in range(ROUNDS // BLOCKS):
-                            start = time.perf_counter()
-                            call()
-                            times.append(time.perf_counter() - start)
-                    requests += counted
-                    block_rounds = ROUNDS // BLOCKS
-                    raw_times += raw_pair_seconds(kit, raw_task, block_rounds, block * block_rounds)
-                raw = statistics.median(raw_times)  # a median, as the surface's calls
-                rows.append(
-                    (name, sum(requests.values()) / len(times), dict(requests), statistics.median(times), raw)
-                )
-    print(f"{'surface':34} {'requests/call':>13} {'ms/call':>8} {'raw pair ms':>11} {'ratio':>6}")
-    for name, per_call, counts, seconds, raw in rows:
+            floor_server = LambdaHttpServer(recorded.replay, kind="rest_api", tls=secured.context)
+            with floor_server:
+                relayed = surfaces(server.url, secured.ca_bundle)
+                replayed = surfaces(floor_server.url, secured.ca_bundle)
+                rows = [
+                    measure(kit, n, name, relayed[name], replayed[name]) for n, name in enumerate(relayed)
+                ]
+    print(
+        f"{'surface':34} {'requests/call':>13} {'ms/call':>8} {'raw pair ms':>11} {'ratio':>6}"
+        f" {'floor ms':>8} {'floor ratio':>11} {'relay ms':>8}"
+    )
+    for name, per_call, counts, seconds, raw, floor in rows:
         print(
-            f"{name:34} {per_call:13.2f} {seconds * 1000:8.1f} {raw * 1000:11.1f} {seconds / raw:6.2f}  {json.dumps(counts)}"
+            f"{name:34} {per_call:13.2f} {seconds * 1000:8.1f} {raw * 1000:11.1f} {seconds / raw:6.2f}"
+            f" {floor * 1000:8.1f} {(raw + floor) / raw:11.2f} {(seconds - floor - raw) * 1000:8.1f}"
+            f"  {json.dumps(counts)}"
         )
+
+
+class Recorded:
+    """The relay's handler, keeping its last answer; `replay` gives that answer again."""
+
+    answer: Any = None
+
+    def handler(self, event: dict[str, Any], context: Any) -> Any:
+        self.answer = relay_handler.lambda_handler(event, context)
+        return self.answer
+
+    def replay(self, event: dict[str, Any], context: Any) -> Any:
+        return self.answer
+
+
+recorded = Recorded()
+
+
+def measure(
+    kit: RelayKit, n: int, name: str, relayed: Callable[[Task, str], Callable[[], Any]], replayed: Any
+) -> tuple[str, float, dict[str, int], float, float, float]:
+    """One surface: its calls, the floor's and the raw pairs in alternating blocks."""
+    task = kit.running_task(budget="9.00", slug=f"surface{n}")
+    token = kit.capability(task)
+    call, floor_call = relayed(task, token), replayed(task, token)
+    call()  # warm: client, connection, TLS session, the brake's cache; and the answer replayed
+    floor_call()
+    raw_task = kit.running_task(budget="9.00", slug=f"raw{n}")
+    times: list[float] = []
+    floor_times: list[float] = []
+    requests: Counter[str] = Counter()
+    raw_times: list[float] = []
+    block_rounds = ROUNDS // BLOCKS
+    for block in range(BLOCKS):
+        with count_requests(kit.services.tables) as counted:
+            times += _timed(call, block_rounds)
+        requests += counted
+        floor_times += _timed(floor_call, block_rounds)
+        raw_times += raw_pair_seconds(kit, raw_task, block_rounds, block * block_rounds)
+    return (
+        name,
+        sum(requests.values()) / len(times),
+        dict(requests),
+        statistics.median(times),
+        statistics.median(raw_times),  # medians, all three
+        statistics.median(floor_times),
+    )
+
+
+def _timed(call: Callable[[], Any], rounds: int) -> list[float]:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 if __name__ == "__main__":
