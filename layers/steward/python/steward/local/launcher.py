@@ -133,7 +133,7 @@ class LocalLauncher:
             runtime.stopping = True
         runtime.signal_group(signal.SIGTERM)
         threading.Thread(
-            target=_terminate, args=([runtime], self._stop_grace), name=f"stop-{runtime.ref}", daemon=True
+            target=_kill_after, args=([runtime], self._stop_grace), name=f"stop-{runtime.ref}", daemon=True
         ).start()
 
     # ---- local extras
@@ -148,7 +148,12 @@ class LocalLauncher:
         """Stop every runtime this launcher started."""
         with self._lock:
             runtimes = list(self._runtimes.values())
-        _terminate(runtimes, self._stop_grace)
+            asked = [runtime for runtime in runtimes if not runtime.stopping]
+            for runtime in asked:
+                runtime.stopping = True
+        for runtime in asked:
+            runtime.signal_group(signal.SIGTERM)
+        _kill_after(runtimes, self._stop_grace)  # those stopping already included: all are gone after
 
     def __enter__(self) -> LocalLauncher:
         return self
@@ -200,11 +205,9 @@ class LocalLauncher:
 _GROUP_EXIT_SECONDS = 5.0
 
 
-def _terminate(runtimes: Sequence[_Runtime], grace: float) -> None:
-    """SIGTERM every group, wait up to `grace` for the leaders, then SIGKILL what is left and
-    wait until each is reaped."""
-    for runtime in runtimes:
-        runtime.signal_group(signal.SIGTERM)
+def _kill_after(runtimes: Sequence[_Runtime], grace: float) -> None:
+    """After a SIGTERM: wait up to `grace` for the leaders, then SIGKILL what is left and wait
+    until each is reaped. One SIGTERM only: a second would reach a runtime already unwinding."""
     deadline = time.monotonic() + grace
     for runtime in runtimes:
         try:
