@@ -418,7 +418,7 @@ def test_hidden_characters_show_as_escapes_and_a_failed_task_page_leads_with_why
     items = [
         f"{'[x] ' if n >= 2 else ''}{raw}\n{raw} in the details" for n, (raw, _) in enumerate(HOSTILE_BIDI)
     ]
-    publish(stack, "console-bidi", *items, title=raw_title, front="max_attempts: 1\n")
+    publish(stack, "console-bidi", *items, title=raw_title, front="max_attempts: 1\nfollow_ups: 1\n")
     page = signed_in(browser, stack, "alice")
     page.goto(f"{stack.state['console_url']}#/plans/console-bidi")
     expect(page.locator("table.items .item-title")).to_have_text([shown for _, shown in HOSTILE_BIDI])
@@ -429,7 +429,8 @@ def test_hidden_characters_show_as_escapes_and_a_failed_task_page_leads_with_why
     expect(page.locator(".waiting")).to_have_count(1)  # once for the plan, not under each pending item
     expect(page.locator("#plan-waiting")).to_contain_text("not confirmed yet")
     expect(page.locator("#max-spend")).to_have_text(
-        "at most $1.00 (2 pending items \u00d7 $0.50 \u00d7 1 attempt), plus up to $0.50 per retry you ask for"
+        "at most $2.00 (2 pending items \u00d7 $0.50 \u00d7 (1 attempt + 1 follow-up round)),"
+        " plus up to $0.50 per retry you ask for"
     )
     shown = page.inner_text("main")
     assert [raw for raw, _ in HOSTILE_BIDI if raw in shown] == []

@@ -486,16 +486,24 @@ def test_a_plan_shows_its_outcomes_and_what_its_tasks_cost(alice: Api, backend: 
 def test_a_plan_says_what_confirming_may_spend_and_shows_an_edited_items_open_pull_request(
     alice: Api, backend: Services
 ) -> None:
-    """`max_spend`: pending items x budget_usd x max_attempts (a done item starts nothing);
+    """`max_spend`: pending items x budget_usd x (max_attempts + follow_ups) (a done item
+    starts nothing);
     an item edited while its task awaits review names that task and its pull request
     (`earlier_reviews`) until the pull request is merged or closed."""
     from steward.domain.models import TaskStatus, utcnow  # noqa: PLC0415
 
     items = ["First: change module 1", "Second: change module 2", "[x] Done by hand"]
-    markdown = document(*items).replace("checks:", "budget_usd: 0.5\nmax_attempts: 2\nchecks:")
+    markdown = document(*items).replace("checks:", "budget_usd: 0.5\nmax_attempts: 2\nfollow_ups: 1\nchecks:")
     alice("PUT", "/v1/plans/spend", {"markdown": markdown})
     shown = alice("GET", "/v1/plans/spend").json()
-    assert shown["max_spend"] == {"usd": "2.0", "items": 2, "budget_usd": "0.5", "attempts": 2}
+    assert shown["max_spend"] == {
+        "usd": "3.0",
+        "items": 2,
+        "budget_usd": "0.5",
+        "attempts": 2,
+        "follow_ups": 1,
+    }
+    assert shown["follow_ups"] == 1
     assert [i["earlier_reviews"] for i in shown["items"]] == [[], [], []]
 
     alice("POST", "/v1/plans/spend/confirm")

@@ -100,12 +100,15 @@ def test_the_items_table_shows_control_and_bidirectional_characters_as_escapes(
 
 
 def test_plan_show_says_what_confirming_may_spend_at_most() -> None:
-    spend = {"usd": "3.00", "items": 2, "budget_usd": "0.50", "attempts": 3}
+    spend = {"usd": "5.00", "items": 2, "budget_usd": "0.50", "attempts": 3, "follow_ups": 2}
     shown = render_plan(plan(item(1, "One"), item(2, "Two"), max_spend=spend), full=True)
     assert (
-        "  may spend:    at most 3.00 USD (2 pending items x 0.50 USD x 3 attempts), "
+        "  may spend:    at most 5.00 USD (2 pending items x 0.50 USD x (3 attempts + 2 follow-up rounds)), "
         "plus up to 0.50 USD per retry you ask for"
     ) in shown.splitlines()
+    assert "  follow_ups:   2 (rounds per item on its pull request)" in shown.splitlines()
+    off = {**spend, "usd": "3.00", "follow_ups": 0}  # rounds turned off: attempts alone
+    assert "x 0.50 USD x 3 attempts), plus" in render_plan(plan(item(1, "One"), max_spend=off), full=True)
 
 
 def test_an_edited_items_earlier_revision_in_review_is_shown_with_its_pull_request() -> None:

@@ -89,6 +89,7 @@ def test_design_example() -> None:
 def test_defaults_come_from_the_policy() -> None:
     fm = parse_document(doc("- [ ] one\n")).front_matter
     assert (fm.model, fm.budget_usd, fm.base, fm.setup, fm.max_attempts) == ("scripted", 2, None, (), 3)
+    assert fm.follow_ups == 2  # rounds on each pull request, unless the plan says otherwise
     policy = DocumentPolicy(default_model="m-1", default_budget_usd=Decimal("0.50"))
     fm = parse_document(doc("- [ ] one\n"), policy).front_matter
     assert (fm.model, fm.budget_usd) == ("m-1", Decimal("0.5"))
@@ -103,14 +104,14 @@ def test_null_optional_keys_take_their_defaults() -> None:
 def test_all_keys_and_dots_closing_fence() -> None:
     markdown = (
         "---\nrepo: Org-1/my.repo_x\nbase: release/1.2\nmodel: 'arn:aws:bedrock:us-east-1::m/x'\n"
-        "budget_usd: 10\nchecks: [make test]\nsetup: [pip install -e ., npm ci]\nmax_attempts: 10\n...\n"
-        "- [ ] one\n"
+        "budget_usd: 10\nchecks: [make test]\nsetup: [pip install -e ., npm ci]\nmax_attempts: 10\n"
+        "follow_ups: 0\n...\n- [ ] one\n"
     )
     document = parse_document(markdown)
     fm = document.front_matter
     assert fm.setup == ("pip install -e .", "npm ci")
-    assert (fm.base, fm.budget_usd, fm.max_attempts) == ("release/1.2", Decimal(10), 10)
-    assert document.items[0].line == 10
+    assert (fm.base, fm.budget_usd, fm.max_attempts, fm.follow_ups) == ("release/1.2", Decimal(10), 10, 0)
+    assert document.items[0].line == 11
 
 
 def test_crlf_and_lone_cr_give_the_same_document_and_lines() -> None:
@@ -266,6 +267,17 @@ def test_content_hash_recipe() -> None:
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     expected = hashlib.sha256(text.encode()).hexdigest()
     assert hash_of(doc("- [ ] one\n  d é\n- [x] two\n")) == expected
+    # `follow_ups` came later: at its default it is left out, so plans approved before it
+    # existed still match their approvals, and saying the default changes nothing.
+    assert (
+        hash_of(doc("- [ ] one\n  d é\n- [x] two\n", FRONT.replace("checks:", "follow_ups: 2\nchecks:")))
+        == expected
+    )
+
+
+@pytest.mark.parametrize("rounds", ["-1", "11", "true", "'2'", "1.5", "[]"])
+def test_bad_follow_ups(rounds: str) -> None:
+    fm_reject("repo: a/b", "checks: [x]", f"follow_ups: {rounds}", field="front_matter.follow_ups", line=4)
 
 
 @pytest.mark.parametrize(
@@ -277,6 +289,8 @@ def test_content_hash_recipe() -> None:
         BASE.replace("- [x] two\n- [ ] three", "- [ ] three\n- [x] two"),
         BASE.replace("pytest -q", "pytest"),
         BASE.replace("repo: octo/widgets", "repo: octo/widgets\nmax_attempts: 2"),
+        BASE.replace("repo: octo/widgets", "repo: octo/widgets\nfollow_ups: 0"),
+        BASE.replace("repo: octo/widgets", "repo: octo/widgets\nfollow_ups: 3"),
         BASE.replace("- [ ] three\n", ""),
         BASE.replace("  detail", "  detail\n\n  more"),
     ],

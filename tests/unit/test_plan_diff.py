@@ -173,6 +173,9 @@ FRONT_MATTER_CASES: list[tuple[str, str, str, dict[str, list[Any]]]] = [
     ),
     ("setup added", "", "setup:\n  - pip install -e .\n", {"setup": [[], ["pip install -e ."]]}),
     ("max attempts", "", "max_attempts: 1\n", {"max_attempts": [3, 1]}),
+    ("follow-up rounds off", "", "follow_ups: 0\n", {"follow_ups": [2, 0]}),
+    ("follow-up rounds raised", "follow_ups: 1\n", "follow_ups: 2\n", {"follow_ups": [1, 2]}),
+    ("follow-up rounds at their default said aloud", "", "follow_ups: 2\n", {}),
     (
         "a check with a bidi override",
         "",
@@ -204,6 +207,14 @@ def test_keys_a_stored_front_matter_lacks_or_does_not_know_are_compared_too() ->
     current = content(document("A"))
     old = PlanContent({**current.front_matter, "legacy": "x", "max_attempts": None}, current.items)
     assert diff(old, current).to_api()["front_matter"] == {"max_attempts": [None, 3], "legacy": ["x", None]}
+
+
+def test_a_plan_approved_before_follow_ups_existed_is_unchanged_by_its_default() -> None:
+    current = content(document("A"))
+    stored = {k: v for k, v in current.front_matter.items() if k != "follow_ups"}
+    old = PlanContent(stored, current.items)
+    assert old.content_hash == current.content_hash  # its approval still matches
+    assert diff(old, current).to_api()["front_matter"] == {}
 
 
 def test_a_plan_never_confirmed_is_all_new() -> None:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from steward.domain.document_limits import DEFAULT_FOLLOW_UPS
+
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     cells = [[("" if c is None else str(c)) for c in row] for row in rows]
@@ -72,12 +74,17 @@ def _earlier_reviews(items: list[dict[str, Any]]) -> str:
 
 
 def max_spend_text(spend: dict[str, Any]) -> str:
-    """`at most 3.00 USD (2 items x 0.50 USD x 3 attempts), and budget_usd per retry you ask for`."""
+    """`at most 5.00 USD (2 pending items x 0.50 USD x (3 attempts + 2 follow-up rounds)), plus
+    up to 0.50 USD per retry you ask for`."""
     items = "item" if spend["items"] == 1 else "items"
     attempts = "attempt" if spend["attempts"] == 1 else "attempts"
+    rounds = int(spend.get("follow_ups", 0))
+    runs = f"{spend['attempts']} {attempts}"
+    if rounds:
+        runs = f"({runs} + {rounds} follow-up round{'' if rounds == 1 else 's'})"
     return (
         f"at most {spend['usd']} USD ({spend['items']} pending {items} x {spend['budget_usd']} USD "
-        f"x {spend['attempts']} {attempts}), plus up to {spend['budget_usd']} USD per retry you ask for"
+        f"x {runs}), plus up to {spend['budget_usd']} USD per retry you ask for"
     )
 
 
@@ -117,6 +124,7 @@ def _approves(plan: dict[str, Any]) -> str:
         f"  {'checks:':14}{commands(key('checks'))}",
         f"  {'setup:':14}{commands(key('setup'))}",
         f"  {'max_attempts:':14}{_value(key('max_attempts', 3))}",
+        f"  {'follow_ups:':14}{_value(key('follow_ups', DEFAULT_FOLLOW_UPS))} (rounds per item on its pull request)",
     ]
     if plan.get("max_spend"):
         lines.append(f"  {'may spend:':14}{max_spend_text(plan['max_spend'])}")

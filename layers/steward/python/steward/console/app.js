@@ -113,8 +113,10 @@
   function spendText(spend) {
     if (!spend) return null;
     const items = `${spend.items} pending item${spend.items === 1 ? "" : "s"}`;
-    const attempts = `${spend.attempts} attempt${spend.attempts === 1 ? "" : "s"}`;
-    return el("span", { id: "max-spend" }, `at most ${money(spend.usd, 2)} (${items} × ${money(spend.budget_usd, 2)} × ${attempts}),`
+    const rounds = Number(spend.follow_ups || 0);
+    let runs = `${spend.attempts} attempt${spend.attempts === 1 ? "" : "s"}`;
+    if (rounds) runs = `(${runs} + ${rounds} follow-up round${rounds === 1 ? "" : "s"})`;
+    return el("span", { id: "max-spend" }, `at most ${money(spend.usd, 2)} (${items} × ${money(spend.budget_usd, 2)} × ${runs}),`
       + ` plus up to ${money(spend.budget_usd, 2)} per retry you ask for`);
   }
 
@@ -340,6 +342,7 @@
         ["Model", field("model")],
         ["Budget per task", field("budget_usd") !== undefined ? `$${field("budget_usd")}` : null],
         ["Max attempts", field("max_attempts")],
+        ["Follow-up rounds per item", field("follow_ups")],
         ["Confirming may spend", plan.max_spend && plan.max_spend.items ? spendText(plan.max_spend) : null],
         ["Checks", list(field("checks"))],
         ["Setup", list(field("setup"))],

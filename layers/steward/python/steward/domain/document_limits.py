@@ -1,4 +1,5 @@
-"""The size bound of a Task Document, apart from its parser (`steward.domain.documents`).
+"""The size bound of a Task Document and the defaults its readers share, apart from its
+parser (`steward.domain.documents`).
 
 The HTTP boundary sizes a request body from it before anything parses the body; importing
 it must not load the parser, its pydantic models and the price table with it (a cold start
@@ -9,3 +10,4 @@ parse a document).
 from __future__ import annotations
 
 MAX_DOCUMENT_BYTES = 256 * 1024  # UTF-8 bytes
+DEFAULT_FOLLOW_UPS = 2  # follow-up rounds per item when the front matter names none

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from steward.domain.budget import MIN_CALL_INPUT_BYTES, MIN_OUTPUT_TOKENS, min_call_cost
-from steward.domain.document_limits import MAX_DOCUMENT_BYTES
+from steward.domain.document_limits import DEFAULT_FOLLOW_UPS, MAX_DOCUMENT_BYTES
 from steward.domain.errors import InvalidDocument, TooLarge
 from steward.domain.prices import PriceTable
 
@@ -208,6 +208,9 @@ class FrontMatter(BaseModel):
     checks: tuple[str, ...]
     setup: tuple[str, ...] = ()
     max_attempts: int = 3
+    # Follow-up rounds each item may take on its pull request (README: "Follow-up rounds"),
+    # each at budget_usd: confirming approves them with the rest.
+    follow_ups: int = DEFAULT_FOLLOW_UPS
 
     @field_validator("repo", mode="before")
     @classmethod
@@ -274,6 +277,13 @@ class FrontMatter(BaseModel):
             raise ValueError(f"max_attempts must be a whole number from 1 to 10, got {_shown(value)}")
         return value
 
+    @field_validator("follow_ups", mode="before")
+    @classmethod
+    def _follow_ups(cls, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
+            raise ValueError(f"follow_ups must be a whole number from 0 to 10, got {_shown(value)}")
+        return value
+
 
 @dataclass(frozen=True)
 class ParsedItem:
@@ -322,12 +332,22 @@ class _ItemText(Protocol):
     def details(self) -> str: ...
 
 
+def canonical_front_matter(front_matter: Mapping[str, Any]) -> dict[str, Any]:
+    """A front matter as approvals compare it: a key added after plans were first approved
+    is left out while it holds its default, so a plan approved before it existed still
+    matches its approval (`follow_ups`: absent and 2 are the same approval)."""
+    canonical = dict(front_matter)
+    if canonical.get("follow_ups", DEFAULT_FOLLOW_UPS) == DEFAULT_FOLLOW_UPS:
+        canonical.pop("follow_ups", None)
+    return canonical
+
+
 def content_hash_of(front_matter: Mapping[str, Any], items: Iterable[_ItemText]) -> str:
     """The content hash of a front matter (as `FrontMatter.model_dump(mode="json")` gives it,
     the form a plan stores) and items in order: `TaskDocument.content_hash`, computed from
     what a stored plan or a kept document holds as well as from a parsed document."""
     canonical = {
-        "front_matter": dict(front_matter),
+        "front_matter": canonical_front_matter(front_matter),
         "items": [[item.checked, item.title, item.details] for item in items],
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from steward.domain.document_limits import DEFAULT_FOLLOW_UPS
+
 
 def utcnow() -> datetime:
     """Now, at the millisecond precision timestamps are stored with."""
@@ -169,6 +171,7 @@ class Plan(BaseModel):
             "checks": list(fm.get("checks") or ()),
             "setup": list(fm.get("setup") or ()),
             "max_attempts": fm.get("max_attempts", 3),
+            "follow_ups": fm.get("follow_ups", DEFAULT_FOLLOW_UPS),
             "items": [
                 {
                     "ordinal": None if i.removed else i.ordinal,

@@ -41,7 +41,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from steward.domain.documents import DocumentPolicy, FrontMatter, ParsedItem, content_hash_of, parse_body
+from steward.domain.document_limits import DEFAULT_FOLLOW_UPS
+from steward.domain.documents import (
+    DocumentPolicy,
+    FrontMatter,
+    ParsedItem,
+    content_hash_of,
+    parse_body,
+)
 from steward.domain.errors import BadRequest, InvalidDocument
 from steward.domain.models import Plan
 from steward.domain.plans import align
@@ -213,6 +220,8 @@ def _plain(value: Any) -> Any:
 
 
 def _front_matter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    # A key added after plans were first approved compares by its value in effect.
+    old, new = ({"follow_ups": DEFAULT_FOLLOW_UPS, **fm} for fm in (old, new))
     known = [key for key in FrontMatter.model_fields if key in old or key in new]
     others = sorted((set(old) | set(new)) - set(known), key=str)
     changes: dict[str, tuple[Any, Any]] = {}

@@ -28,6 +28,7 @@ from difflib import SequenceMatcher
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from steward.domain import lifecycle
+from steward.domain.document_limits import DEFAULT_FOLLOW_UPS
 from steward.domain.errors import LifecycleError
 from steward.domain.ids import item_key
 from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, Task, TaskStatus
@@ -327,17 +328,20 @@ def plan_outcomes(plan: Plan) -> dict[str, int]:
 def max_spend(plan: Plan) -> dict[str, Any]:
     """What confirming the plan may spend at most: every current item that would start work
     (pending) may run `max_attempts` attempts (the loop retries a retryable failure by
-    itself), each up to `budget_usd`. A retry a person asks for is not bounded by
-    `max_attempts`: each adds up to `budget_usd` more."""
+    itself) and then `follow_ups` rounds on its pull request, each up to `budget_usd`. A
+    retry a person asks for is not bounded by `max_attempts`: each adds up to `budget_usd`
+    more."""
     fm = plan.front_matter
     budget = Decimal(str(fm.get("budget_usd", 0)))
     attempts = int(fm.get("max_attempts", 3))
+    follow_ups = int(fm.get("follow_ups", DEFAULT_FOLLOW_UPS))
     items = sum(1 for i in plan.items if not i.removed and i.status is ItemStatus.PENDING)
     return {
-        "usd": str(items * budget * attempts),
+        "usd": str(items * budget * (attempts + follow_ups)),
         "items": items,
         "budget_usd": str(budget),
         "attempts": attempts,
+        "follow_ups": follow_ups,
     }
 
 

@@ -1,0 +1,490 @@
+"""What on Steward's pull request asks for a follow-up round, and who may ask (README:
+"What works today" says how far rounds go). Pure: a verified webhook payload in, a
+`Trigger` (or nothing) out.
+
+Triggers, each on a pull request whose head branch is Steward's:
+
+* `review`: a review submitted with the state `changes_requested` (its body, and its inline
+  comments where the caller has them);
+* `mention`: a pull request comment, an inline review comment or a review whose body
+  addresses Steward: `@<app slug>` as a word, or a line starting `/steward`;
+* `check`: a check run or check suite completed `failure` or `timed_out`, or a commit status
+  `failure` or `error`, on a commit; the caller judges whether it is the head Steward pushed
+  and whether the same check fails on the base too;
+* `conflict`: a pull request that can no longer be merged into its base (the resync sees it;
+  no webhook says so).
+
+A review or a mention counts only from a person who may change the repository: an
+`author_association` of OWNER, MEMBER or COLLABORATOR, never a bot (Steward included).
+Checks and conflicts need no author: they come from the repository, not from a person.
+
+At most one round per (pull request, head SHA, trigger kind): `Trigger.round_key`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from steward.domain.errors import BadRequest
+
+COLLABORATORS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+FAILING_CHECKS = frozenset({"failure", "timed_out"})
+FAILING_STATUSES = frozenset({"failure", "error"})
+MAX_BODY_CHARS = 8000  # what a round reads of one comment or review body
+MAX_OUTPUT_CHARS = 16000  # what a round reads of a check's output
+MAX_INLINE_COMMENTS = 50
+
+
+class TriggerKind(StrEnum):
+    REVIEW = "review"
+    MENTION = "mention"
+    CHECK = "check"
+    CONFLICT = "conflict"
+
+
+@dataclass(frozen=True)
+class InlineComment:
+    """One comment of a review on a line of the diff."""
+
+    path: str
+    line: int | None
+    diff_hunk: str
+    body: str
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """What asks for a round, as the delivery said it. `pull_number`/`head_ref` are known
+    from the payload where GitHub sends them (a comment names only the number; a check or a
+    status names only a commit and branches)."""
+
+    kind: TriggerKind
+    repository: str
+    installation_id: int | None
+    source: str  # "review:<id>", "comment:<id>", "check_run:<id>", "status:<id>", ...
+    head_sha: str | None
+    pull_number: int | None = None
+    head_ref: str | None = None
+    branches: tuple[str, ...] = ()  # a check's or a status's branches, when no pull request is named
+    author: str | None = None
+    author_association: str | None = None
+    author_is_bot: bool = False
+    body: str = ""
+    comments: tuple[InlineComment, ...] = ()
+    check_name: str | None = None
+    conclusion: str | None = None
+    output: str = ""
+    url: str | None = None
+
+    @property
+    def needs_author(self) -> bool:
+        return self.kind in (TriggerKind.REVIEW, TriggerKind.MENTION)
+
+    def round_key(self, pull_number: int, head_sha: str) -> str:
+        """The one round this trigger may start: redeliveries, a review and its inline
+        comments, several failing checks on one commit all share it."""
+        return f"{pull_number}:{head_sha}:{self.kind.value}"
+
+
+def author_problem(trigger: Trigger) -> str | None:
+    """Why the author of a review or a mention may not ask for a round (None: they may)."""
+    if not trigger.needs_author:
+        return None
+    if trigger.author_is_bot:
+        return "the author is a bot"
+    if (trigger.author_association or "").upper() not in COLLABORATORS:
+        return "only collaborators of the repository can ask Steward for a change"
+    return None
+
+
+def mentions(body: str, app_slug: str) -> bool:
+    """Whether `body` addresses Steward: `@<app slug>` as a word (not inside an e-mail
+    address or a longer handle) or a line starting with the command `/steward`."""
+    slug = re.escape(app_slug)
+    if re.search(rf"(?<![\w@.\-])@{slug}(?![\w\-])", body, re.IGNORECASE):
+        return True
+    return re.search(r"^[ \t]*/steward(?:[ \t]|$)", body, re.IGNORECASE | re.MULTILINE) is not None
+
+
+# ---- what Steward reads of the payloads
+
+
+class _Read(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _User(_Read):
+    login: str
+    type: str = "User"
+
+
+class _Repository(_Read):
+    full_name: str
+
+
+class _Installation(_Read):
+    id: int
+
+
+class _PullHead(_Read):
+    ref: str
+    sha: str
+
+
+class _Pull(_Read):
+    number: int
+    head: _PullHead
+    html_url: str | None = None
+
+
+class _Envelope(_Read):
+    action: str | None = None
+    repository: _Repository
+    installation: _Installation | None = None
+
+
+class _Review(_Read):
+    id: int
+    user: _User | None = None
+    body: str | None = None
+    state: str
+    author_association: str | None = None
+    commit_id: str | None = None
+    html_url: str | None = None
+
+
+class _ReviewEvent(_Envelope):
+    review: _Review
+    pull_request: _Pull
+
+
+class _Comment(_Read):
+    id: int
+    user: _User | None = None
+    body: str | None = None
+    author_association: str | None = None
+    html_url: str | None = None
+    path: str | None = None
+    line: int | None = None
+    original_line: int | None = None
+    diff_hunk: str | None = None
+    commit_id: str | None = None
+
+
+class _ReviewCommentEvent(_Envelope):
+    comment: _Comment
+    pull_request: _Pull
+
+
+class _IssuePullLink(_Read):
+    url: str | None = None
+
+
+class _Issue(_Read):
+    number: int
+    pull_request: _IssuePullLink | None = None  # present only on a pull request's conversation
+
+
+class _IssueCommentEvent(_Envelope):
+    comment: _Comment
+    issue: _Issue
+
+
+class _CheckPull(_Read):
+    number: int
+    head: _PullHead
+
+
+class _CheckOutput(_Read):
+    title: str | None = None
+    summary: str | None = None
+    text: str | None = None
+
+
+class _CheckSuiteApp(_Read):
+    name: str | None = None
+    slug: str | None = None
+
+
+class _CheckSuite(_Read):
+    id: int
+    head_branch: str | None = None
+    head_sha: str
+    conclusion: str | None = None
+    pull_requests: list[_CheckPull] = []
+    app: _CheckSuiteApp | None = None
+
+
+class _CheckRun(_Read):
+    id: int
+    name: str
+    head_sha: str
+    conclusion: str | None = None
+    html_url: str | None = None
+    output: _CheckOutput | None = None
+    check_suite: _CheckSuite | None = None
+    pull_requests: list[_CheckPull] = []
+
+
+class _CheckRunEvent(_Envelope):
+    check_run: _CheckRun
+
+
+class _CheckSuiteEvent(_Envelope):
+    check_suite: _CheckSuite
+
+
+class _Branch(_Read):
+    name: str
+
+
+class _StatusEvent(_Read):
+    id: int
+    sha: str
+    state: str
+    context: str
+    description: str | None = None
+    target_url: str | None = None
+    branches: list[_Branch] = []
+    repository: _Repository
+    installation: _Installation | None = None
+
+
+def _read(model: type[Any], payload: Mapping[str, Any], event_name: str) -> Any:
+    from pydantic import ValidationError  # noqa: PLC0415 - the error path only
+
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in error["loc"]) or "body"
+        raise BadRequest(
+            f"the {event_name} payload's {where} is not usable ({error['msg']})", field=where
+        ) from exc
+
+
+def _text(value: str | None, limit: int) -> str:
+    text = value or ""
+    return text if len(text) <= limit else text[:limit] + "\n[… cut]"
+
+
+def _envelope(event: _Envelope | _StatusEvent) -> dict[str, Any]:
+    return {
+        "repository": event.repository.full_name,
+        "installation_id": event.installation.id if event.installation else None,
+    }
+
+
+def _author(user: _User | None, association: str | None) -> dict[str, Any]:
+    return {
+        "author": user.login if user else None,
+        "author_association": association,
+        "author_is_bot": bool(user and (user.type == "Bot" or user.login.endswith("[bot]"))),
+    }
+
+
+def trigger_of(event_name: str, payload: Mapping[str, Any], *, app_slug: str) -> Trigger | None:
+    """The trigger a delivery carries, or None when it asks for nothing (an approving review,
+    a comment that does not address Steward, a passing check, an edit). BadRequest naming the
+    field when a payload of a trigger's event lacks what Steward reads."""
+    reader = _READERS.get(event_name)
+    return None if reader is None else reader(payload, app_slug)
+
+
+def _review(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
+    event: _ReviewEvent = _read(_ReviewEvent, payload, "pull_request_review")
+    review = event.review
+    if event.action != "submitted":
+        return None
+    body = review.body or ""
+    if review.state.lower() == "changes_requested":
+        kind = TriggerKind.REVIEW
+    elif mentions(body, app_slug):
+        kind = TriggerKind.MENTION
+    else:
+        return None
+    return Trigger(
+        kind=kind,
+        source=f"review:{review.id}",
+        head_sha=review.commit_id or event.pull_request.head.sha,
+        pull_number=event.pull_request.number,
+        head_ref=event.pull_request.head.ref,
+        body=_text(body, MAX_BODY_CHARS),
+        url=review.html_url,
+        **_envelope(event),
+        **_author(review.user, review.author_association),
+    )
+
+
+def _review_comment(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
+    event: _ReviewCommentEvent = _read(_ReviewCommentEvent, payload, "pull_request_review_comment")
+    comment = event.comment
+    body = comment.body or ""
+    if event.action != "created" or not mentions(body, app_slug):
+        return None  # an inline comment of a review arrives with its review
+    return Trigger(
+        kind=TriggerKind.MENTION,
+        source=f"comment:{comment.id}",
+        head_sha=event.pull_request.head.sha,
+        pull_number=event.pull_request.number,
+        head_ref=event.pull_request.head.ref,
+        body=_text(body, MAX_BODY_CHARS),
+        comments=(inline_comment(comment.model_dump()),),
+        url=comment.html_url,
+        **_envelope(event),
+        **_author(comment.user, comment.author_association),
+    )
+
+
+def _issue_comment(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
+    event: _IssueCommentEvent = _read(_IssueCommentEvent, payload, "issue_comment")
+    comment = event.comment
+    body = comment.body or ""
+    if event.action != "created" or event.issue.pull_request is None or not mentions(body, app_slug):
+        return None
+    return Trigger(
+        kind=TriggerKind.MENTION,
+        source=f"comment:{comment.id}",
+        head_sha=None,  # a conversation comment names no commit: the pull request's head is read
+        pull_number=event.issue.number,
+        body=_text(body, MAX_BODY_CHARS),
+        url=comment.html_url,
+        **_envelope(event),
+        **_author(comment.user, comment.author_association),
+    )
+
+
+def _pulls(pulls: list[_CheckPull]) -> dict[str, Any]:
+    """A check names the pull requests of its commit; one is enough to correlate (the
+    caller still checks that the commit is that pull request's head)."""
+    if not pulls:
+        return {}
+    return {"pull_number": pulls[0].number, "head_ref": pulls[0].head.ref}
+
+
+def _check_run(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
+    event: _CheckRunEvent = _read(_CheckRunEvent, payload, "check_run")
+    run = event.check_run
+    if event.action != "completed" or (run.conclusion or "") not in FAILING_CHECKS:
+        return None
+    output = run.output or _CheckOutput()
+    text = "\n\n".join(part for part in (output.title, output.summary, output.text) if part)
+    suite_branch = run.check_suite.head_branch if run.check_suite else None
+    return Trigger(
+        kind=TriggerKind.CHECK,
+        source=f"check_run:{run.id}",
+        head_sha=run.head_sha,
+        branches=(suite_branch,) if suite_branch else (),
+        check_name=run.name,
+        conclusion=run.conclusion,
+        output=_text(text, MAX_OUTPUT_CHARS),
+        url=run.html_url,
+        **_pulls(run.pull_requests),
+        **_envelope(event),
+    )
+
+
+def _check_suite(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
+    event: _CheckSuiteEvent = _read(_CheckSuiteEvent, payload, "check_suite")
+    suite = event.check_suite
+    if event.action != "completed" or (suite.conclusion or "") not in FAILING_CHECKS:
+        return None
+    app = suite.app
+    return Trigger(
+        kind=TriggerKind.CHECK,
+        source=f"check_suite:{suite.id}",
+        head_sha=suite.head_sha,
+        branches=(suite.head_branch,) if suite.head_branch else (),
+        check_name=(app.slug or app.name) if app else None,
+        conclusion=suite.conclusion,
+        **_pulls(suite.pull_requests),
+        **_envelope(event),
+    )
+
+
+def _status(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
+    event: _StatusEvent = _read(_StatusEvent, payload, "status")
+    if event.state not in FAILING_STATUSES:
+        return None
+    return Trigger(
+        kind=TriggerKind.CHECK,
+        source=f"status:{event.id}",
+        head_sha=event.sha,
+        branches=tuple(b.name for b in event.branches),
+        check_name=event.context,
+        conclusion=event.state,
+        output=_text(event.description, MAX_OUTPUT_CHARS),
+        url=event.target_url,
+        **_envelope(event),
+    )
+
+
+def inline_comment(raw: Mapping[str, Any]) -> InlineComment:
+    """One of a review's comments, from a delivery or from the review's comments listing."""
+    line = raw.get("line") if raw.get("line") is not None else raw.get("original_line")
+    return InlineComment(
+        path=str(raw.get("path") or ""),
+        line=line if isinstance(line, int) and not isinstance(line, bool) else None,
+        diff_hunk=_text(raw.get("diff_hunk"), 2000),
+        body=_text(raw.get("body"), MAX_BODY_CHARS),
+    )
+
+
+_READERS = {
+    "pull_request_review": _review,
+    "pull_request_review_comment": _review_comment,
+    "issue_comment": _issue_comment,
+    "check_run": _check_run,
+    "check_suite": _check_suite,
+    "status": _status,
+}
+TRIGGER_EVENTS = frozenset(_READERS)
+
+
+RoundRefusal = Literal[
+    "pull_request_closed",
+    "not_in_review",
+    "head_not_stewards",
+    "plan_archived",
+    "superseded",
+    "rounds_used_up",
+    "fails_on_base",
+    "follow_ups_off",
+]
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What the loop knows when a trigger arrives: the task in review, its pull request now,
+    and the plan's approval."""
+
+    task_in_review: bool
+    pull_open: bool
+    head_is_stewards: bool
+    plan_archived: bool
+    superseded: bool
+    rounds_used: int
+    follow_ups: int
+    fails_on_base: bool = False
+
+
+def round_refusal(context: RoundContext) -> RoundRefusal | None:
+    """Why a trigger on this pull request starts no round (None: it starts one). Order
+    matters only for the reason shown: the first that holds is named."""
+    checks: tuple[tuple[bool, RoundRefusal], ...] = (
+        (not context.pull_open, "pull_request_closed"),
+        (not context.task_in_review, "not_in_review"),
+        (context.plan_archived, "plan_archived"),
+        (context.superseded, "superseded"),
+        (not context.head_is_stewards, "head_not_stewards"),
+        (context.fails_on_base, "fails_on_base"),
+        (context.follow_ups == 0, "follow_ups_off"),
+        (context.rounds_used >= context.follow_ups, "rounds_used_up"),
+    )
+    return next((reason for refused, reason in checks if refused), None)
