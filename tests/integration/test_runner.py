@@ -277,6 +277,7 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
     number = int(task["pr_url"].rsplit("/", 1)[1])
     pull = stack.twin.pull(SAMPLE_REPO, number)
     assert pull["head"]["ref"] == task["branch"] == "steward/" + task_id[1:]
+    assert task["head_sha"] == pull["head"]["sha"]  # the head GitHub names, recorded by the server
     assert "Adds subtract." in pull["body"]
     kinds = [e["type"] for e in events(alice, task_id)]
     assert kinds[0] == "started"

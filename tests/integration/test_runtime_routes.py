@@ -404,6 +404,9 @@ def test_a_review_ending_records_only_a_pull_request_of_the_tasks_branch_with_th
     stored = kit.store.require(task.id)
     assert (stored.pr_url, stored.pr_number) == (f"{twin}/{REPO}/pull/{mine}", mine)
     assert kit.twin.pull(REPO, mine)["html_url"] == stored.pr_url  # the link GitHub itself gives
+    # and the head commit is GitHub's too: the ending has no field for it
+    assert stored.head_sha == kit.twin.pull(REPO, mine)["head"]["sha"]
+    assert kit.services.tasks.tasks.require(task.id).to_api()["head_sha"] == stored.head_sha
 
 
 def test_a_failed_ending_is_redacted_and_a_cancelled_task_takes_no_more_records(kit: Kit) -> None:

@@ -27,7 +27,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
@@ -98,6 +98,13 @@ class PullRef:
     url: str  # html_url
     state: str  # "open" or "closed"
     merged: bool
+    head_sha: str | None = None  # the commit its head branch points at
+
+
+def _head_sha(pull: Mapping[str, Any]) -> str | None:
+    head = pull.get("head")
+    sha = head.get("sha") if isinstance(head, Mapping) else None
+    return sha if isinstance(sha, str) else None
 
 
 @dataclass(frozen=True)
@@ -231,7 +238,7 @@ class RepositoryClient:
                 owner, name, head=f"{owner}:{branch}", state=state, per_page=100, headers=headers
             )
             found = [
-                PullRef(p.number, p.html_url, p.state, p.merged_at is not None)
+                PullRef(p.number, p.html_url, p.state, p.merged_at is not None, p.head.sha)
                 for p in response.parsed_data
                 # only the branch of this repository (a deleted fork's has no repository),
                 # whatever the filter let through
@@ -255,7 +262,7 @@ class RepositoryClient:
             head_repo = pull.head.repo
             if pull.head.ref != branch or head_repo is None or head_repo.full_name.lower() != repo.lower():
                 return None
-            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None)
+            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None, pull.head.sha)
 
         try:
             return self._call(f"read pull request {number} of {repo}", call)
@@ -282,7 +289,13 @@ class RepositoryClient:
             if response.status_code == 304:
                 return PullObservation(False, None, tag)
             found = [
-                PullRef(int(p["number"]), str(p["html_url"]), str(p["state"]), p.get("merged_at") is not None)
+                PullRef(
+                    int(p["number"]),
+                    str(p["html_url"]),
+                    str(p["state"]),
+                    p.get("merged_at") is not None,
+                    _head_sha(p),
+                )
                 for p in response.json()
                 if isinstance(p, dict)
             ]
@@ -305,7 +318,7 @@ class RepositoryClient:
                 owner, name, head=head, base=base, title=title, body=body, headers=headers
             )
             pull = response.parsed_data
-            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None)
+            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None, pull.head.sha)
 
         try:
             return self._call(operation, call)
@@ -336,7 +349,7 @@ class RepositoryClient:
             pull = self._gh.rest.pulls.update(
                 owner, name, number, state="closed", headers=headers
             ).parsed_data
-            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None)
+            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None, pull.head.sha)
 
         return self._call(f"close pull request #{number} of {repo}", call)
 

@@ -219,6 +219,9 @@ class Task(BaseModel):
     setup: tuple[str, ...] = ()
     pr_url: str | None = None
     pr_number: int | None = None
+    # The commit the pull request's head was when the task reached review, as GitHub said it
+    # (never as the runner said it): a later head that is not this one is a person's push.
+    head_sha: str | None = None
     cost_usd: Decimal = Decimal("0")
     # What providers reported beyond the reservations that admitted their calls: recorded by
     # the relay's settlement, never charged (see steward.domain.budget.charge_for).
@@ -268,6 +271,7 @@ class Task(BaseModel):
             "model": self.model,
             "budget_usd": str(self.budget_usd),
             "pr_url": self.pr_url,
+            "head_sha": self.head_sha,
             "pr_close_pending": self.pr_close_pending,
             "cost_usd": str(self.cost_usd),
             "over_reported_usd": str(self.over_reported_usd),

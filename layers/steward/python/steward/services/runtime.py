@@ -211,9 +211,12 @@ class RuntimeService:
         if task.runtime_id != ending.runtime_id or task.finished_by == ending.runtime_id:
             # Not this runtime's to write, or its ending is recorded already (a replay).
             return {"status": task.status.value, "changed": False}
+        pull = None
         if target is TaskStatus.REVIEW and task.status in RECORDS_A_PULL_REQUEST:
-            self._check_pull(task, data["pr_number"])  # only for an ending that will be recorded
-        finished = {"finished_by": ending.runtime_id}
+            pull = self._check_pull(task, data["pr_number"])  # only for an ending that will be recorded
+        finished: dict[str, Any] = {"finished_by": ending.runtime_id}
+        if pull is not None and pull.head_sha:
+            finished["head_sha"] = pull.head_sha  # GitHub's, when this runtime's push is the head
         if target is TaskStatus.REVIEW and task.status in AFTER_PULL_REQUEST:
             # Moved on meanwhile (a status with no more records): the ending stays unrecorded.
             with contextlib.suppress(LifecycleError):
@@ -281,9 +284,10 @@ class RuntimeService:
             raise Conflict("no GitHub App is configured: a pull request cannot be checked", field="pr_number")
         return self.github()
 
-    def _check_pull(self, task: Task, number: int) -> None:
+    def _check_pull(self, task: Task, number: int) -> PullRef:
         """Pull request `number` exists in the task's repository with the task's branch as
-        its head, as GitHub says through the owner's installation holding the repository."""
+        its head, as GitHub says through the owner's installation holding the repository;
+        what GitHub says of it."""
         holders = sorted(
             i.installation_id
             for i in (self.installations.for_owner(task.user) if self.installations is not None else ())
@@ -294,11 +298,13 @@ class RuntimeService:
                 f"no live installation of the task's owner holds {task.repo}: its pull request cannot be checked",
                 field="pr_number",
             )
-        if self._github().branch_pull(holders[0], task.repo, number, task.branch) is None:
+        pull = self._github().branch_pull(holders[0], task.repo, number, task.branch)
+        if pull is None:
             raise BadRequest(
                 f"pr_number: {task.repo} has no pull request {number} from the task's branch {task.branch}",
                 field="pr_number",
             )
+        return pull
 
     def _task(self, capability: Capability) -> Task:
         task = self.tasks.get(capability.task_id)
