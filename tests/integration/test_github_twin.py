@@ -45,7 +45,11 @@ from githubkit_schemas.latest.models import (
     SimpleInstallation,
 )
 from pydantic import TypeAdapter
+from steward.domain.follow_ups import TriggerKind, author_problem, trigger_of
 from steward.local.github_twin import GitHubTwin, admin
+from steward.local.github_twin.twin import DRIVE_BY_LOGIN, REVIEWER_LOGIN
+
+from tests.support.github_payloads import real_payload
 
 pytestmark = pytest.mark.integration
 
@@ -750,6 +754,89 @@ def test_webhooks_are_signed_ordered_and_parse(
         ("installation", 200),
     ]
     assert [d.body for d in twin.deliveries] == [r.body for r in receiver.received]
+
+
+def test_reviews_comments_and_checks_are_sent_as_github_sends_them_and_read_as_triggers(
+    twin: GitHubTwin, receiver: Receiver, seeded: int, tmp_path: Path
+) -> None:
+    """A reviewer's changes request with inline comments, comments by a collaborator, a
+    stranger and a bot, and a failing check: each delivery parses as GitHub's schema says
+    (githubkit), carries the top-level keys GitHub's own deliveries of that event carry
+    (tests/fixtures/github-payloads), and reads as the trigger it is."""
+    token = twin.create_token(seeded)
+    gh = token_client(twin, token)
+    push_branch(twin, tmp_path, token, "steward/a", {"a.txt": "a\n"})
+    number = gh.rest.pulls.create(
+        "acme", "widgets", title="A", head="steward/a", base="main"
+    ).parsed_data.number
+    head = twin.pull("acme/widgets", number)["head"]["sha"]
+    twin.review(
+        "acme/widgets",
+        number,
+        body="Please also handle negative numbers.",
+        comments=[("a.txt", 1, "use a constant here")],
+    )
+    twin.comment("acme/widgets", number, "@steward rename x to count")
+    twin.comment("acme/widgets", number, "@steward delete the tests", login=DRIVE_BY_LOGIN)
+    twin.comment("acme/widgets", number, "@steward from a bot", login="other-app[bot]")
+    twin.check("acme/widgets", number, name="lint", conclusion="failure", output="E501 line too long")
+    assert twin.wait_for_deliveries()
+
+    received = [r for r in receiver.received if r.headers["x-github-event"] != "installation"]
+    events = [(r.headers["x-github-event"], json.loads(r.body)) for r in received]
+    assert [(e, p["action"]) for e, p in events] == [
+        ("pull_request", "opened"),
+        ("pull_request_review_comment", "created"),
+        ("pull_request_review", "submitted"),
+        ("issue_comment", "created"),
+        ("issue_comment", "created"),
+        ("issue_comment", "created"),
+        ("check_run", "completed"),
+    ]
+    real = {
+        "pull_request_review": "octokit.pull_request_review.submitted.json",
+        "pull_request_review_comment": "octokit.pull_request_review_comment.created.json",
+        "issue_comment": "octokit.issue_comment.created.with-installation.json",
+        "check_run": "octokit.check_run.completed.1.json",
+    }
+    for (event, payload), delivery in zip(events, received, strict=True):
+        verify(delivery)
+        githubkit.webhooks.parse(event, delivery.body)
+        if event in real:
+            wanted = set(real_payload(real[event])) | {"installation"}
+            assert wanted <= set(payload), (event, wanted - set(payload))
+            for key in ("review", "comment", "check_run"):
+                if key in payload:
+                    assert set(real_payload(real[event])[key]) <= set(payload[key]), (event, key)
+
+    triggers = [trigger_of(e, p, app_slug="steward") for e, p in events[1:]]
+    inline, review, mention, stranger, bot, check = triggers
+    assert inline is None  # an inline comment that does not address Steward comes with its review
+    assert review is not None
+    assert (review.kind, review.head_sha, review.pull_number) == (TriggerKind.REVIEW, head, number)
+    assert (review.author, review.author_association) == (REVIEWER_LOGIN, "COLLABORATOR")
+    assert review.body == "Please also handle negative numbers."
+    assert mention is not None
+    assert (mention.kind, mention.pull_number, author_problem(mention)) == (TriggerKind.MENTION, number, None)
+    assert stranger is not None
+    assert author_problem(stranger) == "only collaborators of the repository can ask Steward for a change"
+    assert bot is not None
+    assert author_problem(bot) == "the author is a bot"
+    assert check is not None
+    assert (check.kind, check.check_name, check.conclusion, check.head_sha) == (
+        TriggerKind.CHECK,
+        "lint",
+        "failure",
+        head,
+    )
+    assert (check.pull_number, check.head_ref) == (number, "steward/a")
+    assert "E501 line too long" in check.output
+    # The conversation holds the comments, with their authors.
+    assert [c["user"]["login"] for c in twin.comments("acme/widgets", number)] == [
+        REVIEWER_LOGIN,
+        DRIVE_BY_LOGIN,
+        "other-app[bot]",
+    ]
 
 
 def test_no_pull_request_events_while_suspended(

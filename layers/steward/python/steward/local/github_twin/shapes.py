@@ -15,6 +15,7 @@ from steward.local.github_twin.state import Account, Comment, Installation, Pull
 
 __all__ = [
     "PullStats",
+    "check_run",
     "error",
     "installation",
     "issue_comment",
@@ -22,6 +23,8 @@ __all__ = [
     "pull_request",
     "repository",
     "repository_brief",
+    "review",
+    "review_comment",
     "user",
 ]
 
@@ -321,7 +324,9 @@ def pull_request(
     return body
 
 
-def issue_comment(base: str, full_name: str, comment: Comment, *, author: Json) -> Json:
+def issue_comment(
+    base: str, full_name: str, comment: Comment, *, author: Json, association: str = "NONE"
+) -> Json:
     """A comment on an issue or pull request (the `IssueComment` shape)."""
     api = f"{base}/repos/{full_name}/issues/comments/{comment.id}"
     return {
@@ -333,7 +338,7 @@ def issue_comment(base: str, full_name: str, comment: Comment, *, author: Json) 
         "user": author,
         "created_at": iso(comment.created_at),
         "updated_at": iso(comment.updated_at),
-        "author_association": "NONE",
+        "author_association": association,
         "body": comment.body,
         "reactions": {
             "url": f"{api}/reactions",
@@ -341,6 +346,149 @@ def issue_comment(base: str, full_name: str, comment: Comment, *, author: Json) 
             **dict.fromkeys(("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0),
         },
         "performed_via_github_app": None,
+    }
+
+
+def review(
+    base: str,
+    full_name: str,
+    number: int,
+    review_id: int,
+    *,
+    author: Json,
+    association: str,
+    state: str,
+    body: str,
+    commit_id: str,
+    at: float,
+) -> Json:
+    """A submitted pull request review (the webhook's `review` object)."""
+    html = f"{base}/{full_name}/pull/{number}#pullrequestreview-{review_id}"
+    pull_api = f"{base}/repos/{full_name}/pulls/{number}"
+    return {
+        "id": review_id,
+        "node_id": node_id("PRR", review_id),
+        "user": author,
+        "body": body or None,
+        "commit_id": commit_id,
+        "submitted_at": iso(at),
+        "state": state,
+        "html_url": html,
+        "pull_request_url": pull_api,
+        "author_association": association,
+        "_links": {"html": {"href": html}, "pull_request": {"href": pull_api}},
+    }
+
+
+def review_comment(
+    base: str,
+    full_name: str,
+    number: int,
+    comment_id: int,
+    *,
+    review_id: int,
+    author: Json,
+    association: str,
+    path: str,
+    line: int,
+    body: str,
+    diff_hunk: str,
+    commit_id: str,
+    at: float,
+) -> Json:
+    """One inline comment of a review (the `pull_request_review_comment` event's `comment`)."""
+    api = f"{base}/repos/{full_name}/pulls/comments/{comment_id}"
+    html = f"{base}/{full_name}/pull/{number}#discussion_r{comment_id}"
+    pull_api = f"{base}/repos/{full_name}/pulls/{number}"
+    return {
+        "url": api,
+        "pull_request_review_id": review_id,
+        "id": comment_id,
+        "node_id": node_id("PRRC", comment_id),
+        "diff_hunk": diff_hunk,
+        "path": path,
+        "position": 1,
+        "original_position": 1,
+        "commit_id": commit_id,
+        "original_commit_id": commit_id,
+        "user": author,
+        "body": body,
+        "created_at": iso(at),
+        "updated_at": iso(at),
+        "html_url": html,
+        "pull_request_url": pull_api,
+        "author_association": association,
+        "_links": {"self": {"href": api}, "html": {"href": html}, "pull_request": {"href": pull_api}},
+        "start_line": None,
+        "original_start_line": None,
+        "start_side": None,
+        "line": line,
+        "original_line": line,
+        "side": "RIGHT",
+        "subject_type": "line",
+        "reactions": {
+            "url": f"{api}/reactions",
+            "total_count": 0,
+            **dict.fromkeys(("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0),
+        },
+    }
+
+
+def check_run(
+    base: str,
+    full_name: str,
+    run_id: int,
+    suite_id: int,
+    *,
+    name: str,
+    conclusion: str,
+    output: str,
+    head_sha: str,
+    head_branch: str,
+    pulls: list[Json],
+    app: Json,
+    at: float,
+) -> Json:
+    """A completed check run with its suite (the `check_run` event's `check_run`)."""
+    api = f"{base}/repos/{full_name}"
+    suite = {
+        "id": suite_id,
+        "node_id": node_id("CS", suite_id),
+        "head_branch": head_branch,
+        "head_sha": head_sha,
+        "status": "completed",
+        "conclusion": conclusion,
+        "url": f"{api}/check-suites/{suite_id}",
+        "before": None,
+        "after": head_sha,
+        "pull_requests": pulls,
+        "app": app,
+        "created_at": iso(at),
+        "updated_at": iso(at),
+    }
+    return {
+        "id": run_id,
+        "node_id": node_id("CR", run_id),
+        "head_sha": head_sha,
+        "external_id": "",
+        "url": f"{api}/check-runs/{run_id}",
+        "html_url": f"{base}/{full_name}/runs/{run_id}",
+        "details_url": f"{base}/{full_name}/runs/{run_id}",
+        "status": "completed",
+        "conclusion": conclusion,
+        "started_at": iso(at),
+        "completed_at": iso(at),
+        "output": {
+            "title": f"{name}: {conclusion}",
+            "summary": output or None,
+            "text": None,
+            "annotations_count": 0,
+            "annotations_url": f"{api}/check-runs/{run_id}/annotations",
+        },
+        "name": name,
+        "check_suite": suite,
+        "app": app,
+        "pull_requests": pulls,
     }
 
 

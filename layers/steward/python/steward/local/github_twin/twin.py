@@ -40,6 +40,7 @@ from steward.local.github_twin.state import (
     Token,
     TwinError,
     iso,
+    node_id,
 )
 from steward.local.github_twin.webhooks import Deliverer, Delivery
 from steward.local.http_base import LocalHttpServer
@@ -48,6 +49,11 @@ from steward.local.running import Running
 Json = dict[str, Any]
 
 HUMAN_LOGIN = "twin-reviewer"  # the person who merges, closes and installs
+REVIEWER_LOGIN = "octo-reviewer"  # a collaborator who reviews and comments
+DRIVE_BY_LOGIN = "drive-by"  # a GitHub user with no standing in the repository
+# `author_association` of the twin's people (a repository's owner is OWNER; anyone else NONE).
+ASSOCIATIONS = {HUMAN_LOGIN: "MEMBER", REVIEWER_LOGIN: "COLLABORATOR"}
+CHECKS_APP_SLUG = "twin-ci"  # the App that reports the twin's check runs
 JWT_MAX_SECONDS = 600  # GitHub refuses an App JWT that expires more than 10 minutes ahead
 _TOKEN_ALPHABET = string.ascii_letters + string.digits
 _OWNER = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
@@ -128,8 +134,19 @@ class GitHubTwin(Running):
         self._tokens: dict[str, Token] = {}  # by SHA-256 of the token: the twin keeps no token
         self._pulls: dict[int, dict[int, Pull]] = {}  # repo id -> number -> pull
         self._comments: dict[tuple[int, int], list[Comment]] = {}  # (repo id, number) -> oldest first
+        # (repo id, number) -> each review and its inline comments, as their events carried them
+        self._reviews: dict[tuple[int, int], list[tuple[Json, list[Json]]]] = {}
         self._git_requests: list[GitRequest] = []
-        self._ids = {"account": 1000, "repo": 100000, "installation": 10, "pull": 5000000, "comment": 9000000}
+        self._ids = {
+            "account": 1000,
+            "repo": 100000,
+            "installation": 10,
+            "pull": 5000000,
+            "comment": 9000000,
+            "review": 7000000,
+            "check_run": 3000000,
+            "check_suite": 2000000,
+        }
         self._rest_errors_served = 0
         self._bot = self._account(f"{self.app_slug}[bot]", "Bot")
         self._human = self._account(HUMAN_LOGIN, "User")
@@ -271,6 +288,149 @@ class GitHubTwin(Running):
             )
 
     # -- looking -----------------------------------------------------------------------------
+
+    def review(
+        self,
+        full_name: str,
+        number: int,
+        *,
+        state: str = "changes_requested",
+        body: str = "",
+        comments: Sequence[tuple[str, int, str]] = (),
+        login: str = REVIEWER_LOGIN,
+    ) -> Json:
+        """`login` submits a review of pull request `number` on its head (`state`:
+        changes_requested, approved or commented) with inline `comments` (path, line, text):
+        one `pull_request_review` event, and one `pull_request_review_comment` per inline
+        comment, as GitHub sends them. The review as the event carries it."""
+        if state not in ("changes_requested", "approved", "commented"):
+            raise ValueError(f"a review's state is changes_requested, approved or commented, not {state!r}")
+        with self._lock:
+            repo = self._repo(full_name)
+            pull = self._pull(repo, number)
+            self._refresh(repo, pull)
+            author, association = self._person(repo, login)
+            now = time.time()
+            review_id = self._next("review")
+            review = shapes.review(
+                self.url,
+                repo.full_name,
+                number,
+                review_id,
+                author=author,
+                association=association,
+                state=state,
+                body=body,
+                commit_id=pull.head_sha,
+                at=now,
+            )
+            inline = [
+                shapes.review_comment(
+                    self.url,
+                    repo.full_name,
+                    number,
+                    self._next("comment"),
+                    review_id=review_id,
+                    author=author,
+                    association=association,
+                    path=path,
+                    line=line,
+                    body=text,
+                    diff_hunk=f"@@ -{line} +{line} @@",
+                    commit_id=pull.head_sha,
+                    at=now,
+                )
+                for path, line, text in comments
+            ]
+            self._reviews.setdefault((repo.id, number), []).append((review, inline))
+            pull_json = self._pull_json(repo, pull, full=True)
+            for comment in inline:
+                self._emit(
+                    repo,
+                    "pull_request_review_comment",
+                    author,
+                    action="created",
+                    comment=comment,
+                    pull_request=pull_json,
+                )
+            self._emit(
+                repo, "pull_request_review", author, action="submitted", review=review, pull_request=pull_json
+            )
+            return review
+
+    def comment(self, full_name: str, number: int, body: str, *, login: str = REVIEWER_LOGIN) -> Json:
+        """`login` comments on pull request `number`'s conversation: an `issue_comment`
+        event whose issue links the pull request. The comment as the event carries it."""
+        with self._lock:
+            repo = self._repo(full_name)
+            pull = self._pull(repo, number)
+            author, association = self._person(repo, login)
+            now = time.time()
+            record = Comment(self._next("comment"), repo.id, number, body, author["login"], now, now)
+            self._comments.setdefault((repo.id, number), []).append(record)
+            comment = shapes.issue_comment(
+                self.url, repo.full_name, record, author=author, association=association
+            )
+            issue = self._issue_json(repo, pull)
+            self._emit(repo, "issue_comment", author, action="created", issue=issue, comment=comment)
+            return comment
+
+    def check(
+        self,
+        full_name: str,
+        number: int,
+        *,
+        name: str,
+        conclusion: str,
+        output: str = "",
+        ref: str | None = None,
+    ) -> Json:
+        """A check run `name` completes with `conclusion` on the head of pull request
+        `number` (or of branch `ref`): a `check_run` event naming the pull requests whose
+        head that commit is. The check run as the event carries it."""
+        with self._lock:
+            repo = self._repo(full_name)
+            pull = self._pull(repo, number)
+            self._refresh(repo, pull)
+            branch = ref or pull.head_ref
+            sha = self._git.ref_sha(repo.owner, repo.name, branch) if ref else pull.head_sha
+            if sha is None:
+                raise ValueError(f"{full_name} has no branch {branch!r}")
+            minimal = {"id": repo.id, "url": f"{self.url}/repos/{repo.full_name}", "name": repo.name}
+            pulls = [
+                {
+                    "id": p.id,
+                    "number": p.number,
+                    "url": f"{self.url}/repos/{repo.full_name}/pulls/{p.number}",
+                    "head": {"ref": p.head_ref, "sha": p.head_sha, "repo": minimal},
+                    "base": {"ref": p.base_ref, "sha": p.base_sha, "repo": minimal},
+                }
+                for p in self._pulls[repo.id].values()
+                if p.state == "open" and p.head_sha == sha
+            ]
+            app = self._checks_app()
+            run = shapes.check_run(
+                self.url,
+                repo.full_name,
+                self._next("check_run"),
+                self._next("check_suite"),
+                name=name,
+                conclusion=conclusion,
+                output=output,
+                head_sha=sha,
+                head_branch=branch,
+                pulls=pulls,
+                app=app,
+                at=time.time(),
+            )
+            self._emit(
+                repo,
+                "check_run",
+                self._account(f"{CHECKS_APP_SLUG}[bot]", "Bot"),
+                action="completed",
+                check_run=run,
+            )
+            return run
 
     def pulls(self, full_name: str) -> list[Json]:
         """Every pull request of the repository, oldest first, in the full shape."""
@@ -881,23 +1041,104 @@ class GitHubTwin(Running):
     # -- webhooks --------------------------------------------------------------------------
 
     def _emit_pull(self, action: str, repo: Repo, pull: Pull, sender: Account) -> None:
-        """A `pull_request` event, sent only when a live, unsuspended installation holds the repo."""
+        self._emit(
+            repo,
+            "pull_request",
+            sender,
+            action=action,
+            number=pull.number,
+            pull_request=self._pull_json(repo, pull, full=True),
+        )
+
+    def _emit(self, repo: Repo, event: str, sender: Account | Json, *, action: str, **fields: Any) -> None:
+        """A repository event, sent only when a live, unsuspended installation holds it."""
         inst = self._installation_of(repo)
         if inst is None or inst.suspended_at is not None:
             return
         base = self.url
         payload: Json = {
             "action": action,
-            "number": pull.number,
-            "pull_request": self._pull_json(repo, pull, full=True),
+            **fields,
             "repository": self._repo_json(base, repo),
-            "organization": _organization(base, self._accounts[repo.owner.lower()]),
-            "sender": shapes.user(base, sender),
+            "sender": sender if isinstance(sender, dict) else shapes.user(base, sender),
             "installation": {"id": inst.id, "node_id": _installation_node_id(inst.id)},
         }
-        if self._accounts[repo.owner.lower()].type != "Organization":
-            del payload["organization"]
-        self._deliverer.emit("pull_request", payload)
+        owner = self._accounts[repo.owner.lower()]
+        if owner.type == "Organization":
+            payload["organization"] = _organization(base, owner)
+        self._deliverer.emit(event, payload)
+
+    def _person(self, repo: Repo, login: str) -> tuple[Json, str]:
+        """A person's (or a bot's) user JSON and their `author_association` in `repo`."""
+        account = self._account(login, "Bot" if login.endswith("[bot]") else "User")
+        if account.login.lower() == repo.owner.lower():
+            association = "OWNER"
+        else:
+            association = ASSOCIATIONS.get(account.login, "NONE") if account.type != "Bot" else "NONE"
+        return shapes.user(self.url, account), association
+
+    def _issue_json(self, repo: Repo, pull: Pull) -> Json:
+        """The pull request as an issue (its conversation): the shape issue events carry."""
+        api = f"{self.url}/repos/{repo.full_name}/issues/{pull.number}"
+        return {
+            "url": api,
+            "repository_url": f"{self.url}/repos/{repo.full_name}",
+            "labels_url": api + "/labels{/name}",
+            "comments_url": f"{api}/comments",
+            "events_url": f"{api}/events",
+            "html_url": f"{self.url}/{repo.full_name}/pull/{pull.number}",
+            "id": pull.id,
+            "node_id": node_id("I", pull.id),
+            "number": pull.number,
+            "title": pull.title,
+            "user": shapes.user(self.url, self._accounts[pull.user.lower()]),
+            "labels": [],
+            "state": pull.state,
+            "locked": False,
+            "assignee": None,
+            "assignees": [],
+            "milestone": None,
+            "comments": len(self._comments.get((repo.id, pull.number), [])),
+            "created_at": iso(pull.created_at),
+            "updated_at": iso(pull.updated_at),
+            "closed_at": None if pull.closed_at is None else iso(pull.closed_at),
+            "author_association": "NONE",
+            "active_lock_reason": None,
+            "body": pull.body,
+            "reactions": {
+                "url": f"{api}/reactions",
+                "total_count": 0,
+                **dict.fromkeys(("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0),
+            },
+            "timeline_url": f"{api}/timeline",
+            "performed_via_github_app": None,
+            "state_reason": None,
+            "pull_request": {
+                "url": f"{self.url}/repos/{repo.full_name}/pulls/{pull.number}",
+                "html_url": f"{self.url}/{repo.full_name}/pull/{pull.number}",
+                "diff_url": f"{self.url}/{repo.full_name}/pull/{pull.number}.diff",
+                "patch_url": f"{self.url}/{repo.full_name}/pull/{pull.number}.patch",
+                "merged_at": None if pull.merged_at is None else iso(pull.merged_at),
+            },
+        }
+
+    def _checks_app(self) -> Json:
+        """The App that reports check runs (not Steward: CI is another App)."""
+        owner = shapes.user(self.url, self._human)
+        return {
+            "id": 1001,
+            "slug": CHECKS_APP_SLUG,
+            "node_id": node_id("A", 1001),
+            "owner": owner,
+            "name": CHECKS_APP_SLUG,
+            "description": "the twin's CI",
+            "external_url": f"{self.url}/apps/{CHECKS_APP_SLUG}",
+            "html_url": f"{self.url}/apps/{CHECKS_APP_SLUG}",
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+            "permissions": {"checks": "write"},
+            "events": [],
+        }
 
     def _emit_installation(self, action: str, inst: Installation) -> None:
         base = self.url
