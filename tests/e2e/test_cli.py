@@ -560,6 +560,11 @@ def opened_pull_request(state_file: Path, tmp_path: Path) -> tuple[str, int, str
     return task_id, number, str(opened.json()["html_url"])
 
 
+def run_json(state_file: Path, repo: str, number: int) -> list[dict[str, Any]]:
+    """The conversation comments of a pull request on the stack's twin."""
+    return admin.comments(str(json.loads(state_file.read_text())["github_url"]), repo, number)
+
+
 def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
     local_up: tuple[subprocess.Popen[str], Path], tmp_path: Path
 ) -> None:
@@ -582,6 +587,62 @@ def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
     while status() != "review" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert status() == "review"
+    # A person standing in for a reviewer, a stranger and CI, through the CLI.
+    reviewed = run(
+        state_file,
+        "local",
+        "github",
+        "review",
+        f"{repo}#{number}",
+        "--request-changes",
+        "Please also handle negative numbers.",
+        "--comment",
+        "calculator.py:3:a constant here",
+    )
+    assert reviewed.returncode == 0, reviewed.stderr
+    assert "by octo-reviewer (changes_requested)" in reviewed.stdout
+    said = run(
+        state_file,
+        "--json",
+        "local",
+        "github",
+        "comment",
+        f"{repo}#{number}",
+        "@steward hi",
+        "--as",
+        "drive-by",
+    )
+    assert said.returncode == 0, said.stderr
+    assert (json.loads(said.stdout)["user"]["login"], json.loads(said.stdout)["author_association"]) == (
+        "drive-by",
+        "NONE",
+    )
+    checked = run(
+        state_file,
+        "local",
+        "github",
+        "check",
+        f"{repo}#{number}",
+        "--name",
+        "lint",
+        "--conclusion",
+        "failure",
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "check lint failure on" in checked.stdout
+    for bad, code, says in (
+        (
+            ("review", f"{repo}#{number}", "--request-changes", "x", "--comment", "no-line-here"),
+            2,
+            "PATH:LINE:TEXT",
+        ),
+        (("check", f"{repo}#{number}", "--name", "lint", "--conclusion", "maybe"), 2, "invalid choice"),
+        (("comment", f"{repo}#999", "hello"), 1, f"{repo}#999: no such pull request on the twin"),
+        (("review", f"{repo}#{number}", "--approve", "ok", "--request-changes", "no"), 2, "not allowed with"),
+    ):
+        refused = run(state_file, "local", "github", *bad)
+        assert (refused.returncode, says in refused.stderr) == (code, True), (bad, refused.stderr)
+    assert [c["user"]["login"] for c in run_json(state_file, repo, number)] == ["drive-by"]
     merged = run(state_file, "local", "github", "merge", f"{repo}#{number}")
     assert merged.returncode == 0, merged.stderr
     deadline = time.monotonic() + 20

@@ -561,15 +561,86 @@ def _github_action(action: str) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from steward.local.github_twin import admin  # noqa: PLC0415
 
-        url = _twin_url(args)
-        try:
-            repo, number = admin.parse_pull_ref(args.pull)
-            pull = getattr(admin, action)(url, repo, number)
-        except (admin.AdminError, ValueError) as exc:
-            raise CliError("github_twin", str(exc)) from None
+        repo, number, pull = _github_twin_call(args, getattr(admin, action))
         return _emit(args, pull, lambda d: f"{repo}#{number}: {d.get('state')} (merged: {d.get('merged')})")
 
     return run
+
+
+def _inline_comment(text: str) -> dict[str, Any]:
+    """`PATH:LINE:TEXT` -> an inline comment of a review."""
+    path, _, rest = text.partition(":")
+    line, _, body = rest.partition(":")
+    if not path or not line.isdigit() or not body:
+        raise argparse.ArgumentTypeError(f"expected PATH:LINE:TEXT, got {text!r}")
+    return {"path": path, "line": int(line), "body": body}
+
+
+def _github_twin_call(
+    args: argparse.Namespace, call: Callable[[str, str, int], dict[str, Any]]
+) -> tuple[str, int, dict[str, Any]]:
+    from steward.local.github_twin import admin  # noqa: PLC0415
+
+    url = _twin_url(args)
+    try:
+        repo, number = admin.parse_pull_ref(args.pull)
+        return repo, number, call(url, repo, number)
+    except admin.AdminError as exc:
+        if exc.status == 404:
+            raise CliError("github_twin", f"{args.pull}: no such pull request on the twin") from None
+        raise CliError("github_twin", str(exc)) from None
+    except ValueError as exc:
+        raise CliError("github_twin", str(exc)) from None
+
+
+def cmd_local_github_review(args: argparse.Namespace) -> int:
+    from steward.local.github_twin import admin  # noqa: PLC0415
+
+    state, body = (
+        ("changes_requested", args.request_changes)
+        if args.request_changes is not None
+        else (
+            ("approved", args.approve) if args.approve is not None else ("commented", args.comment_body or "")
+        )
+    )
+    repo, number, review = _github_twin_call(
+        args,
+        lambda url, repo, number: admin.review(
+            url, repo, number, state=state, body=body, comments=args.comment or [], login=args.as_login
+        ),
+    )
+    return _emit(
+        args, review, lambda d: f"{repo}#{number}: review {d['id']} by {d['user']['login']} ({d['state']})"
+    )
+
+
+def cmd_local_github_comment(args: argparse.Namespace) -> int:
+    from steward.local.github_twin import admin  # noqa: PLC0415
+
+    repo, number, comment = _github_twin_call(
+        args, lambda url, repo, number: admin.comment(url, repo, number, args.body, login=args.as_login)
+    )
+    return _emit(args, comment, lambda d: f"{repo}#{number}: comment {d['id']} by {d['user']['login']}")
+
+
+def cmd_local_github_check(args: argparse.Namespace) -> int:
+    from steward.local.github_twin import admin  # noqa: PLC0415
+
+    repo, number, run = _github_twin_call(
+        args,
+        lambda url, repo, number: admin.check(
+            url,
+            repo,
+            number,
+            name=args.name,
+            conclusion=args.conclusion,
+            output=args.output or "",
+            ref=args.ref,
+        ),
+    )
+    return _emit(
+        args, run, lambda d: f"{repo}#{number}: check {d['name']} {d['conclusion']} on {d['head_sha'][:12]}"
+    )
 
 
 def cmd_local_github_withhold(args: argparse.Namespace) -> int:
@@ -827,6 +898,57 @@ def _add_loop_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_loop_set)
 
 
+def _add_local_github_commands(local: Any) -> None:
+    """`steward local github ...`: a person's actions on the twin (a reviewer, a stranger, CI)."""
+    github = local.add_parser("github", help="act on the GitHub twin as a reviewer").add_subparsers(
+        dest="github_command", required=True
+    )
+    for action in ("merge", "close"):
+        p = github.add_parser(action, help=f"{action} a pull request on the twin")
+        p.add_argument("pull", help="OWNER/REPO#N")
+        p.set_defaults(func=_github_action(action))
+    p = github.add_parser("review", help="review a pull request on the twin as a person would")
+    p.add_argument("pull", help="OWNER/REPO#N")
+    verdict = p.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--request-changes", metavar="BODY", help="request changes, saying BODY")
+    verdict.add_argument("--approve", metavar="BODY", help="approve, saying BODY")
+    verdict.add_argument(
+        "--comment-only", dest="comment_body", metavar="BODY", help="only comment, saying BODY"
+    )
+    p.add_argument(
+        "--comment",
+        action="append",
+        type=_inline_comment,
+        metavar="PATH:LINE:TEXT",
+        help="an inline comment (repeatable)",
+    )
+    p.add_argument(
+        "--as", dest="as_login", default=None, help="who reviews (default octo-reviewer, a collaborator)"
+    )
+    p.set_defaults(func=cmd_local_github_review)
+    p = github.add_parser("comment", help="comment on a pull request's conversation on the twin")
+    p.add_argument("pull", help="OWNER/REPO#N")
+    p.add_argument("body", help="the comment (@steward or a line starting /steward addresses Steward)")
+    p.add_argument("--as", dest="as_login", default=None, help="who comments (default octo-reviewer)")
+    p.set_defaults(func=cmd_local_github_comment)
+    p = github.add_parser("check", help="complete a check run on a pull request's head on the twin")
+    p.add_argument("pull", help="OWNER/REPO#N")
+    p.add_argument("--name", required=True, help="the check's name")
+    p.add_argument(
+        "--conclusion", required=True, choices=("failure", "success", "timed_out", "neutral", "cancelled")
+    )
+    p.add_argument("--output", default="", help="what the check printed")
+    p.add_argument(
+        "--ref", default=None, help="a branch whose head the check ran on (default the pull request's head)"
+    )
+    p.set_defaults(func=cmd_local_github_check)
+    p = github.add_parser(
+        "withhold", help="record webhook deliveries without sending them (on), or send again (off)"
+    )
+    p.add_argument("mode", choices=("on", "off"))
+    p.set_defaults(func=cmd_local_github_withhold)
+
+
 def _add_local_and_admin_commands(sub: Any) -> None:
     local = sub.add_parser("local", help="the embedded local stack").add_subparsers(
         dest="local_command", required=True
@@ -857,18 +979,7 @@ def _add_local_and_admin_commands(sub: Any) -> None:
         f"(default 10, at most {MAX_FIXTURE_MINUTES})",
     )
     p.set_defaults(func=cmd_local_capability)
-    github = local.add_parser("github", help="act on the GitHub twin as a reviewer").add_subparsers(
-        dest="github_command", required=True
-    )
-    for action in ("merge", "close"):
-        p = github.add_parser(action, help=f"{action} a pull request on the twin")
-        p.add_argument("pull", help="OWNER/REPO#N")
-        p.set_defaults(func=_github_action(action))
-    p = github.add_parser(
-        "withhold", help="record webhook deliveries without sending them (on), or send again (off)"
-    )
-    p.add_argument("mode", choices=("on", "off"))
-    p.set_defaults(func=cmd_local_github_withhold)
+    _add_local_github_commands(local)
     p = local.add_parser("login", help="print a web console login link for a dev user")
     p.add_argument("name", help="the dev user (any name: alice, bob, ...)")
     p.set_defaults(func=cmd_local_login)

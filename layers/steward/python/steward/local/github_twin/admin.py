@@ -54,6 +54,53 @@ def comments(github_url: str, full_name: str, number: int) -> list[dict[str, Any
     return result
 
 
+def review(
+    github_url: str,
+    full_name: str,
+    number: int,
+    *,
+    state: str,
+    body: str,
+    comments: list[dict[str, Any]],
+    login: str | None = None,
+) -> dict[str, Any]:
+    """Submit a review as `login` (default the collaborator octo-reviewer); the review."""
+    payload = {"state": state, "body": body, "comments": comments, "login": login}
+    result: dict[str, Any] = _call(
+        github_url, "POST", f"{_repo_path(full_name)}/pulls/{number}/reviews", json=payload
+    )
+    return result
+
+
+def comment(
+    github_url: str, full_name: str, number: int, body: str, *, login: str | None = None
+) -> dict[str, Any]:
+    """Comment on a pull request's conversation as `login`; the comment."""
+    payload = {"body": body, "login": login}
+    result: dict[str, Any] = _call(
+        github_url, "POST", f"{_repo_path(full_name)}/pulls/{number}/comments", json=payload
+    )
+    return result
+
+
+def check(
+    github_url: str,
+    full_name: str,
+    number: int,
+    *,
+    name: str,
+    conclusion: str,
+    output: str = "",
+    ref: str | None = None,
+) -> dict[str, Any]:
+    """Complete a check run on the pull request's head (or `ref`'s); the check run."""
+    payload = {"name": name, "conclusion": conclusion, "output": output, "ref": ref}
+    result: dict[str, Any] = _call(
+        github_url, "POST", f"{_repo_path(full_name)}/pulls/{number}/checks", json=payload
+    )
+    return result
+
+
 def deliveries(github_url: str) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = _call(github_url, "GET", "deliveries")
     return result

@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, unquote, urlencode
 
 from steward.local.github_twin import http_backend, shapes
 from steward.local.github_twin.state import TwinError
-from steward.local.github_twin.twin import GitHubTwin, GitRequest
+from steward.local.github_twin.twin import CHECK_CONCLUSIONS, REVIEWER_LOGIN, GitHubTwin, GitRequest
 from steward.local.http_base import LocalHandler, LocalHttpServer, Refused
 
 _LOG = logging.getLogger(__name__)
@@ -450,6 +450,57 @@ def _admin_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     return _Result(200, act(_full(m), int(m[2])))
 
 
+def _admin_review(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    body = req.json()
+    comments = []
+    for n, raw in enumerate(body.get("comments") or []):
+        if (
+            not isinstance(raw, dict)
+            or not isinstance(raw.get("line"), int)
+            or isinstance(raw.get("line"), bool)
+        ):
+            raise ValueError(f"comments[{n}] must be {{path, line, body}} with a whole line number")
+        comments.append((str(raw.get("path") or ""), int(raw["line"]), str(raw.get("body") or "")))
+    review = twin.review(
+        _full(m),
+        int(m[2]),
+        state=str(body.get("state", "changes_requested")),
+        body=str(body.get("body") or ""),
+        comments=comments,
+        login=str(body.get("login") or REVIEWER_LOGIN),
+    )
+    return _Result(201, review)
+
+
+def _admin_comment(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    body = req.json()
+    text = body.get("body")
+    if not isinstance(text, str) or not text:
+        raise ValueError("body: a comment needs text")
+    return _Result(
+        201, twin.comment(_full(m), int(m[2]), text, login=str(body.get("login") or REVIEWER_LOGIN))
+    )
+
+
+def _admin_check(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    body = req.json()
+    name, conclusion = body.get("name"), body.get("conclusion")
+    if not isinstance(name, str) or not name:
+        raise ValueError("name: a check needs a name")
+    if conclusion not in CHECK_CONCLUSIONS:
+        raise ValueError(f"conclusion: one of {', '.join(CHECK_CONCLUSIONS)}")
+    ref = body.get("ref")
+    run = twin.check(
+        _full(m),
+        int(m[2]),
+        name=name,
+        conclusion=conclusion,
+        output=str(body.get("output") or ""),
+        ref=ref if isinstance(ref, str) and ref else None,
+    )
+    return _Result(201, run)
+
+
 def _admin_pulls(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     return _Result(200, twin.pulls(_full(m)))
 
@@ -521,6 +572,9 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
         _admin_pull,
     ),
     ("GET", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls$"), _admin_pulls),
+    ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/reviews$"), _admin_review),
+    ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _admin_comment),
+    ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/checks$"), _admin_check),
     ("GET", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _admin_comments),
     ("GET", re.compile(r"^/_twin/deliveries$"), _admin_deliveries),
     ("POST", re.compile(rf"^/_twin/deliveries/{_SEGMENT}/redeliver$"), _admin_redeliver),

@@ -54,6 +54,7 @@ DRIVE_BY_LOGIN = "drive-by"  # a GitHub user with no standing in the repository
 # `author_association` of the twin's people (a repository's owner is OWNER; anyone else NONE).
 ASSOCIATIONS = {HUMAN_LOGIN: "MEMBER", REVIEWER_LOGIN: "COLLABORATOR"}
 CHECKS_APP_SLUG = "twin-ci"  # the App that reports the twin's check runs
+CHECK_CONCLUSIONS = ("success", "failure", "timed_out", "neutral", "cancelled")
 JWT_MAX_SECONDS = 600  # GitHub refuses an App JWT that expires more than 10 minutes ahead
 _TOKEN_ALPHABET = string.ascii_letters + string.digits
 _OWNER = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
