@@ -643,6 +643,11 @@ def test_a_pull_request_on_the_twin_moves_its_task_through_review_to_merged(
         refused = run(state_file, "local", "github", *bad)
         assert (refused.returncode, says in refused.stderr) == (code, True), (bad, refused.stderr)
     assert [c["user"]["login"] for c in run_json(state_file, repo, number)] == ["drive-by"]
+    pushed = run(state_file, "--json", "local", "github", "push", f"{repo}#{number}")
+    assert pushed.returncode == 0, pushed.stderr
+    head = json.loads(pushed.stdout)["head"]
+    shown = {p["number"]: p["head"]["sha"] for p in admin.pulls(state["github_url"], repo)}
+    assert shown[number] == head["sha"]  # the branch moved
     merged = run(state_file, "local", "github", "merge", f"{repo}#{number}")
     assert merged.returncode == 0, merged.stderr
     deadline = time.monotonic() + 20

@@ -47,6 +47,7 @@ from githubkit_schemas.latest.models import (
 from pydantic import TypeAdapter
 from steward.domain.follow_ups import TriggerKind, author_problem, trigger_of
 from steward.local.github_twin import GitHubTwin, admin
+from steward.local.github_twin.state import TwinError
 from steward.local.github_twin.twin import DRIVE_BY_LOGIN, REVIEWER_LOGIN
 
 from tests.support.github_payloads import real_payload
@@ -837,6 +838,39 @@ def test_reviews_comments_and_checks_are_sent_as_github_sends_them_and_read_as_t
         DRIVE_BY_LOGIN,
         "other-app[bot]",
     ]
+
+
+def test_a_person_pushes_onto_a_pull_requests_branch_and_github_says_synchronize(
+    twin: GitHubTwin, receiver: Receiver, seeded: int, tmp_path: Path
+) -> None:
+    token = twin.create_token(seeded)
+    gh = token_client(twin, token)
+    push_branch(twin, tmp_path, token, "steward/a", {"a.txt": "a\n"})
+    number = gh.rest.pulls.create(
+        "acme", "widgets", title="A", head="steward/a", base="main"
+    ).parsed_data.number
+    before = twin.pull("acme/widgets", number)["head"]["sha"]
+    pushed = twin.person_push("acme/widgets", number, login=DRIVE_BY_LOGIN)
+    after = pushed["head"]["sha"]
+    assert after != before
+    assert twin.branch_sha("acme/widgets", "steward/a") == after
+    log = subprocess.run(
+        ["git", "-C", str(twin.git_root / "acme" / "widgets.git"), "rev-list", "--parents", "-n", "1", after],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert log == [after, before]  # one commit on top of the head: a fast-forward
+    assert twin.wait_for_deliveries()
+    delivered = [r for r in receiver.received if r.headers["x-github-event"] == "pull_request"]
+    synchronize = json.loads(delivered[-1].body)
+    assert (synchronize["action"], synchronize["sender"]["login"]) == ("synchronize", DRIVE_BY_LOGIN)
+    assert synchronize["pull_request"]["head"]["sha"] == after
+    githubkit.webhooks.parse("pull_request", delivered[-1].body)
+    twin.close("acme/widgets", number)
+    with pytest.raises(TwinError) as refused:
+        twin.person_push("acme/widgets", number)
+    assert refused.value.status == 422
 
 
 def test_no_pull_request_events_while_suspended(

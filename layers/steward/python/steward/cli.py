@@ -643,6 +643,17 @@ def cmd_local_github_check(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_local_github_push(args: argparse.Namespace) -> int:
+    from steward.local.github_twin import admin  # noqa: PLC0415
+
+    repo, number, pull = _github_twin_call(
+        args, lambda url, repo, number: admin.push(url, repo, number, login=args.as_login)
+    )
+    return _emit(
+        args, pull, lambda d: f"{repo}#{number}: {d['head']['ref']} is now at {d['head']['sha'][:12]}"
+    )
+
+
 def cmd_local_github_withhold(args: argparse.Namespace) -> int:
     from steward.local.github_twin import admin  # noqa: PLC0415
 
@@ -942,6 +953,10 @@ def _add_local_github_commands(local: Any) -> None:
         "--ref", default=None, help="a branch whose head the check ran on (default the pull request's head)"
     )
     p.set_defaults(func=cmd_local_github_check)
+    p = github.add_parser("push", help="push a commit onto a pull request's branch as a person taking over")
+    p.add_argument("pull", help="OWNER/REPO#N")
+    p.add_argument("--as", dest="as_login", default=None, help="who pushes (default octo-reviewer)")
+    p.set_defaults(func=cmd_local_github_push)
     p = github.add_parser(
         "withhold", help="record webhook deliveries without sending them (on), or send again (off)"
     )

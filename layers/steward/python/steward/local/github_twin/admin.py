@@ -101,6 +101,14 @@ def check(
     return result
 
 
+def push(github_url: str, full_name: str, number: int, *, login: str | None = None) -> dict[str, Any]:
+    """Push one commit onto the pull request's branch as `login`; the pull request."""
+    result: dict[str, Any] = _call(
+        github_url, "POST", f"{_repo_path(full_name)}/pulls/{number}/push", json={"login": login}
+    )
+    return result
+
+
 def deliveries(github_url: str) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = _call(github_url, "GET", "deliveries")
     return result

@@ -501,6 +501,11 @@ def _admin_check(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result
     return _Result(201, run)
 
 
+def _admin_push(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    body = req.json()
+    return _Result(201, twin.person_push(_full(m), int(m[2]), login=str(body.get("login") or REVIEWER_LOGIN)))
+
+
 def _admin_pulls(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     return _Result(200, twin.pulls(_full(m)))
 
@@ -575,6 +580,7 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/reviews$"), _admin_review),
     ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _admin_comment),
     ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/checks$"), _admin_check),
+    ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/push$"), _admin_push),
     ("GET", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _admin_comments),
     ("GET", re.compile(r"^/_twin/deliveries$"), _admin_deliveries),
     ("POST", re.compile(rf"^/_twin/deliveries/{_SEGMENT}/redeliver$"), _admin_redeliver),

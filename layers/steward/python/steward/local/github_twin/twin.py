@@ -288,6 +288,40 @@ class GitHubTwin(Running):
                 message=f"Change on {branch}",
             )
 
+    def person_push(
+        self,
+        full_name: str,
+        number: int,
+        *,
+        login: str = REVIEWER_LOGIN,
+        files: Mapping[str, str] | None = None,
+    ) -> Json:
+        """`login` pushes one commit onto pull request `number`'s branch, on top of its head
+        (a fast-forward), as a person taking over would: the pull request follows, and
+        GitHub's `pull_request` `synchronize` event is sent. The pull request's JSON."""
+        with self._lock:
+            repo = self._repo(full_name)
+            pull = self._pull(repo, number)
+            if pull.state != "open":
+                raise TwinError(422, "the pull request is not open")
+            self._refresh(repo, pull)
+            before = pull.head_sha
+            author, _ = self._person(repo, login)
+            account = self._accounts[author["login"].lower()]
+            self._git.commit(
+                repo.owner,
+                repo.name,
+                pull.head_ref,
+                parent=pull.head_sha,
+                files=files
+                or {f"notes/{account.login.removesuffix('[bot]')}.md": f"A change by {account.login}.\n"},
+                author=f"{account.login} <{account.id}+{account.login}@users.noreply.localhost>",
+                message=f"A change by {account.login}",
+            )
+            self._refresh(repo, pull)
+            self._emit_pull("synchronize", repo, pull, account, before=before, after=pull.head_sha)
+            return self._pull_json(repo, pull, full=True)
+
     # -- looking -----------------------------------------------------------------------------
 
     def review(
@@ -1041,13 +1075,14 @@ class GitHubTwin(Running):
 
     # -- webhooks --------------------------------------------------------------------------
 
-    def _emit_pull(self, action: str, repo: Repo, pull: Pull, sender: Account) -> None:
+    def _emit_pull(self, action: str, repo: Repo, pull: Pull, sender: Account, **extra: Any) -> None:
         self._emit(
             repo,
             "pull_request",
             sender,
             action=action,
             number=pull.number,
+            **extra,
             pull_request=self._pull_json(repo, pull, full=True),
         )
 
