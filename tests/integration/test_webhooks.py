@@ -1126,3 +1126,128 @@ def test_a_real_reopen_brings_a_closed_task_back_to_review_but_never_a_withdrawn
     assert world.events()[-1]["type"] == "pr_reopened"
     twice = delivery("pull_request", aimed_at(payload, branch=task.branch))
     assert _outcome(post(endpoint, twice)) == "unchanged"  # already to be closed again
+
+
+# ---- follow-up triggers on a task in review (steward.domain.follow_ups)
+
+
+def _in_review(world: World) -> tuple[Task, int]:
+    """The world's task moved to review by GitHub's real `opened` delivery; its pull number."""
+    opened = aimed_at(real_payload("octokit.pull_request.opened.json"), branch=world.task.branch)
+    assert world.deliver(delivery("pull_request", opened)) == "applied"
+    task = world.current()
+    assert task.status is TaskStatus.REVIEW
+    assert task.pr_number is not None
+    return task, task.pr_number
+
+
+def _review(
+    world: World,
+    number: int,
+    *,
+    state: str = "changes_requested",
+    association: str = "COLLABORATOR",
+    body: str = "Please also handle negative numbers.",
+) -> dict[str, Any]:
+    payload = aimed_at(real_payload("octokit.pull_request_review.submitted.json"), branch=world.task.branch)
+    payload["pull_request"]["number"] = number
+    payload["review"].update(state=state, body=body, author_association=association)
+    return payload
+
+
+def _follow_ups(world: World) -> list[dict[str, Any]]:
+    return [e for e in world.events() if e["type"].startswith("follow_up")]
+
+
+def test_a_review_requesting_changes_is_recorded_once_with_its_round_key(world: World) -> None:
+    task, number = _in_review(world)
+    review = delivery("pull_request_review", _review(world, number))
+    assert world.deliver(review) == "applied"
+    assert world.deliver(review) == "duplicate"  # GitHub's redelivery of that delivery
+    again = delivery("pull_request_review", _review(world, number))  # the same ask, another delivery id
+    assert world.deliver(again) == "unchanged"
+    head = real_payload("octokit.pull_request_review.submitted.json")["review"]["commit_id"]
+    assert world.current().follow_up_keys == (f"{number}:{head}:review",)
+    [asked] = _follow_ups(world)
+    assert asked["type"] == "follow_up_asked"
+    data = asked["data"]
+    assert (data["kind"], data["round_key"], data["author"], data["author_association"]) == (
+        "review",
+        f"{number}:{head}:review",
+        "Codertocat",
+        "COLLABORATOR",
+    )
+    assert data["body"] == "Please also handle negative numbers."
+    assert world.current().status is TaskStatus.REVIEW  # the item stays in review
+    assert world.current().event_seq == task.event_seq + 1  # one event, nothing else moved
+
+
+def test_a_mention_and_a_failing_check_on_the_same_head_are_rounds_of_their_own(world: World) -> None:
+    _, number = _in_review(world)
+    mention = aimed_at(
+        real_payload("octokit.pull_request_review_comment.created.json"), branch=world.task.branch
+    )
+    mention["pull_request"]["number"] = number
+    mention["comment"].update(body="@steward use a constant here", author_association="MEMBER")
+    assert world.deliver(delivery("pull_request_review_comment", mention)) == "applied"
+    check = aimed_at(real_payload("octokit.check_run.completed.1.json"))
+    check["check_run"]["pull_requests"][0]["number"] = number
+    check["check_run"]["pull_requests"][0]["head"]["ref"] = world.task.branch
+    assert world.deliver(delivery("check_run", check)) == "applied"
+    second = copy.deepcopy(check)  # another failing check on the same commit: the same round
+    second["check_run"].update(id=42, name="tests")
+    assert world.deliver(delivery("check_run", second)) == "unchanged"
+    assert sorted(k.rsplit(":", 1)[1] for k in world.current().follow_up_keys) == ["check", "mention"]
+    kinds = [(e["type"], e["data"]["kind"]) for e in _follow_ups(world)]
+    assert kinds == [("follow_up_asked", "mention"), ("follow_up_asked", "check")]
+    [inline] = _follow_ups(world)[0]["data"]["comments"]
+    assert inline["path"] == "README.md"
+
+
+@pytest.mark.parametrize(
+    ("association", "kind", "reason"),
+    [
+        ("NONE", "User", "only collaborators of the repository can ask Steward for a change"),
+        ("CONTRIBUTOR", "User", "only collaborators of the repository can ask Steward for a change"),
+        ("OWNER", "Bot", "the author is a bot"),
+    ],
+)
+def test_a_review_by_someone_who_may_not_ask_is_recorded_as_refused_and_asks_for_nothing(
+    world: World, association: str, kind: str, reason: str
+) -> None:
+    _, number = _in_review(world)
+    payload = _review(world, number, association=association)
+    payload["review"]["user"]["type"] = kind
+    assert world.deliver(delivery("pull_request_review", payload)) == "applied"
+    assert world.current().follow_up_keys == ()
+    [refused] = _follow_ups(world)
+    assert (refused["type"], refused["data"]["reason"]) == ("follow_up_refused", reason)
+
+
+def test_a_trigger_on_a_task_not_in_review_or_on_another_pull_request_changes_nothing(world: World) -> None:
+    before = stored(world.services.tables)
+    assert world.deliver(delivery("pull_request_review", _review(world, 2))) == "ignored"  # still running
+    _, number = _in_review(world)
+    before = stored(world.services.tables)
+    assert world.deliver(delivery("pull_request_review", _review(world, number + 1))) == "ignored"
+    approving = _review(world, number, state="approved", body="LGTM")
+    assert world.deliver(delivery("pull_request_review", approving)) == "ignored"  # asks for nothing
+    assert stored(world.services.tables) == before
+
+
+def test_a_review_delivered_on_eight_threads_is_asked_for_once(world: World) -> None:
+    _, number = _in_review(world)
+    copies = [delivery("pull_request_review", _review(world, number)) for _ in range(8)]
+    copies += [copies[0]] * 4  # and one delivery redelivered while the others arrive
+    barrier = threading.Barrier(len(copies))
+
+    def deliver(item: Delivery) -> str:
+        barrier.wait()
+        return world.deliver(item)
+
+    with ThreadPoolExecutor(len(copies)) as pool:
+        outcomes = list(pool.map(deliver, copies))
+    assert outcomes.count("applied") == 1, outcomes
+    assert set(outcomes) <= {"applied", "unchanged", "duplicate"}
+    assert len(world.current().follow_up_keys) == 1
+    assert [e["type"] for e in _follow_ups(world)] == ["follow_up_asked"]

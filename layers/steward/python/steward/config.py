@@ -284,6 +284,13 @@ SETTINGS: tuple[Setting, ...] = (
         doc="GitHub calls the loop's resync may make per user per tick",
     ),
     _setting(
+        "STEWARD_GITHUB_APP_SLUG",
+        "github_app_slug",
+        {"webhook"},
+        parse=_text,
+        doc="the GitHub App's slug: `@<slug>` in a pull request comment addresses Steward (default steward)",
+    ),
+    _setting(
         "STEWARD_WEBHOOK_SECRET_ID",
         "webhook_secret_id",
         {"webhook"},
@@ -399,6 +406,7 @@ _DEFAULTS: dict[str, str] = {
     "STEWARD_RUNNER_CONTAINER": "runner",
     "STEWARD_GITHUB_RESYNC_SECONDS": "900",
     "STEWARD_GITHUB_RESYNC_MAX_CALLS": "20",
+    "STEWARD_GITHUB_APP_SLUG": "steward",
     "STEWARD_CONSOLE_SIGN_IN": "none",
 }
 
@@ -439,6 +447,7 @@ class Settings:
     github_api_url: str | None = None
     github_resync_seconds: int = 900
     github_resync_max_calls: int = 20
+    github_app_slug: str = "steward"
     spend_limit_usd_per_hour: Decimal | None = None
     webhook_secret_id: str | None = None
     webhook_secret: str | None = field(default=None, repr=False)

@@ -304,6 +304,7 @@ def webhook_receiver() -> WebhookReceiver:
         deliveries=DeliveryStore(t),
         tasks=TaskStore(t),
         installations=InstallationStore(t),
+        app_slug=s.github_app_slug,
     )
 
 

@@ -454,15 +454,18 @@ class TaskStore:
         *,
         now: datetime,
         admit: Callable[[Task], None] | None = None,
-        sets: Mapping[str, str] | None = None,
+        sets: Mapping[str, Any] | Callable[[Task], Mapping[str, Any]] | None = None,
         removes: Sequence[str] = (),
+        include: Sequence[Mapping[str, Any]] = (),
     ) -> Task:
         """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
         advance the watermark (README: "The loop"). `admit(current)` runs before every attempt,
         on the task as read for it, and raises to refuse the event: every status change moves
         the event sequence too, so an event admitted for a status is written only while the
-        task still has it. `sets`: attributes of the task written with the event; `removes`:
-        attributes it removes."""
+        task still has it. `sets`: attributes of the task written with the event (or a
+        function of the task as read for the attempt); `removes`: attributes it removes;
+        `include`: writes of other stores in the same transaction (a webhook delivery's
+        mark): one whose condition fails raises IncludedWriteRefused and nothing is written."""
         current = task
         for attempt in range(APPEND_ATTEMPTS):
             if attempt:
@@ -470,7 +473,7 @@ class TaskStore:
             if admit is not None:
                 admit(current)
             seq = current.event_seq + 1
-            also = dict(sets or {})
+            also = dict((sets(current) if callable(sets) else sets) or {})
             expression = "SET event_seq = :seq" + "".join(f", #x{i} = :x{i}" for i in range(len(also)))
             if removes:
                 expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(removes)))
@@ -491,12 +494,15 @@ class TaskStore:
             actions: list[Any] = [
                 {"Update": update},
                 self._event_put(task, seq, event, dict(data), now),
+                *(dict(part) for part in include),
             ]
             try:
                 self._tables.client.transact_write_items(TransactItems=actions)
             except ClientError as exc:
                 if error_code(exc) != "TransactionCanceledException":
                     raise
+                if include and refused_included(exc, 2):
+                    raise IncludedWriteRefused from None
                 current = self.require(task.id)
                 continue
             return current.model_copy(update={"event_seq": seq, **also})

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from steward.domain.errors import BadRequest
+from steward.domain.ids import task_id_from_branch
 
 COLLABORATORS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 FAILING_CHECKS = frozenset({"failure", "timed_out"})
@@ -90,6 +91,39 @@ class Trigger:
         """The one round this trigger may start: redeliveries, a review and its inline
         comments, several failing checks on one commit all share it."""
         return f"{pull_number}:{head_sha}:{self.kind.value}"
+
+
+def trigger_branch(trigger: Trigger) -> str | None:
+    """The Steward branch a trigger is about: its pull request's head, or (a check or a status
+    that names no pull request) the first of its branches that is a canonical task branch."""
+    candidates = (trigger.head_ref,) if trigger.head_ref else trigger.branches
+    return next((b for b in candidates if b and task_id_from_branch(b) is not None), None)
+
+
+def trigger_record(trigger: Trigger) -> dict[str, Any]:
+    """What the task's event keeps of a trigger (bounded: the texts are cut on reading)."""
+    record: dict[str, Any] = {
+        "kind": trigger.kind.value,
+        "source": trigger.source,
+        "head_sha": trigger.head_sha,
+        "pull_number": trigger.pull_number,
+        "author": trigger.author,
+        "author_association": trigger.author_association,
+        "body": trigger.body,
+        "url": trigger.url,
+    }
+    if trigger.comments:
+        record["comments"] = [
+            {"path": c.path, "line": c.line, "diff_hunk": c.diff_hunk, "body": c.body}
+            for c in trigger.comments[:MAX_INLINE_COMMENTS]
+        ]
+    if trigger.kind is TriggerKind.CHECK:
+        record |= {
+            "check_name": trigger.check_name,
+            "conclusion": trigger.conclusion,
+            "output": trigger.output,
+        }
+    return {k: v for k, v in record.items() if v not in (None, "")}
 
 
 def author_problem(trigger: Trigger) -> str | None:

@@ -248,6 +248,9 @@ class Task(BaseModel):
     # the task stays in the `live_by_user` index, so the loop keeps looking.
     pr_close_pending: bool = False
     withdrawn_by: str | None = None
+    # The follow-up rounds asked for on its pull request (`steward.domain.follow_ups`: one
+    # key per pull request, head commit and trigger kind), each recorded once with its event.
+    follow_up_keys: tuple[str, ...] = ()
 
     @property
     def terminal(self) -> bool:

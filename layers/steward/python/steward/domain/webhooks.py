@@ -78,7 +78,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -97,10 +97,18 @@ PULL_REQUEST_ACTIONS = frozenset(
 )
 INSTALLATION_ACTIONS = frozenset({"created", "deleted", "suspend", "unsuspend", "new_permissions_accepted"})
 INSTALLATION_REPOSITORIES_ACTIONS = frozenset({"added", "removed"})
+NO_ACTION = ""  # the action of an event GitHub sends without one (`status`)
 HANDLED: dict[str, frozenset[str]] = {
     "pull_request": PULL_REQUEST_ACTIONS,
     "installation": INSTALLATION_ACTIONS,
     "installation_repositories": INSTALLATION_REPOSITORIES_ACTIONS,
+    # Follow-up triggers (`steward.domain.follow_ups`); a commit status carries no action.
+    "pull_request_review": frozenset({"submitted"}),
+    "pull_request_review_comment": frozenset({"created"}),
+    "issue_comment": frozenset({"created"}),
+    "check_run": frozenset({"completed"}),
+    "check_suite": frozenset({"completed"}),
+    "status": frozenset({NO_ACTION}),
 }
 
 Status = Literal["applied", "unchanged", "ignored", "duplicate"]
@@ -394,11 +402,19 @@ def branch_problem(facts: PullRequestFacts) -> str | None:
     return None
 
 
+class NamesRepository(Protocol):
+    """A delivery's facts that name the repository they happened in."""
+
+    @property
+    def repository(self) -> str: ...
+
+
 def correlation_problem(
-    facts: PullRequestFacts, task: Task | None, installation: Installation | None
+    facts: NamesRepository, task: Task | None, installation: Installation | None
 ) -> str | None:
-    """Why a pull request event must not touch the task its branch names: the task, its
-    repository and its owner's live installation holding that repository must all agree."""
+    """Why a pull request event (or a follow-up trigger) must not touch the task its branch
+    names: the task, its repository and its owner's live installation holding that
+    repository must all agree."""
     if task is None:
         return "no task owns this branch"
     if installation is None:

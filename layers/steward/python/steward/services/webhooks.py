@@ -35,6 +35,17 @@ reopen (`reopened`) brings a closed task back to review (`domain.webhooks.reopen
 task Steward withdrew stays closed when its pull request is reopened: it is marked for the
 loop to close it again (`TaskStore.close_again`).
 
+Follow-up triggers (`steward.domain.follow_ups`: a review requesting changes, a mention, a
+failing check): a trigger on the pull request of a task in review, correlated as a pull request
+event is (its branch, the task's repository, the owner's live installation holding it), is
+recorded once per round key (pull request, head commit, kind) as a `follow_up_asked` event
+with the key added to the task's `follow_up_keys`, in one transaction with the delivery's
+mark; a review or a mention by someone who may not ask (not a collaborator, or a bot) is
+recorded as a `follow_up_refused` event instead. A second trigger with the same key (a
+redelivery under another id, a review's inline comment, a second failing check on one commit)
+changes nothing. A conversation comment names only its pull request's number, not its branch:
+it is not correlated here yet. Starting the round is the loop's (not yet done).
+
 Installations: each event is merged into the installation's stored merge state
 (`domain.webhooks.merge`, order-independent) under an optimistic version check, and the
 visible installation is rewritten from the merged state. A merged state whose deliveries
@@ -54,9 +65,19 @@ from steward.adapters.dynamo import IncludedWriteRefused
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import BadRequest, LifecycleError, Unauthorized
-from steward.domain.models import Task, utcnow
+from steward.domain.follow_ups import (
+    TRIGGER_EVENTS,
+    Trigger,
+    author_problem,
+    trigger_branch,
+    trigger_of,
+    trigger_record,
+)
+from steward.domain.ids import task_id_from_branch
+from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.webhooks import (
     HANDLED,
+    NO_ACTION,
     InstallationChange,
     PullRequestFacts,
     Reopened,
@@ -75,6 +96,11 @@ from steward.domain.webhooks import (
 )
 from steward.services.installations import sync_installation
 
+
+class _AlreadyAsked(Exception):
+    """The task holds this round key already."""
+
+
 # The handler and the local stack import the secret and the outcome from here with the service.
 logger = logging.getLogger(__name__)
 
@@ -91,6 +117,7 @@ class WebhookReceiver:
         installations: InstallationStore,
         clock: Callable[[], datetime] = utcnow,
         ttl_days: int = 14,
+        app_slug: str = "steward",
     ) -> None:
         self.secret = secret
         self.deliveries = deliveries
@@ -98,6 +125,7 @@ class WebhookReceiver:
         self.installations = installations
         self.clock = clock
         self.ttl_days = ttl_days
+        self.app_slug = app_slug
 
     def receive(self, body: bytes, headers: Mapping[str, str]) -> WebhookOutcome:
         """Unauthorized (401) for a signature that does not verify, BadRequest (400) for a
@@ -124,10 +152,13 @@ class WebhookReceiver:
             return self._ignored("event not processed", context)
 
         payload = load_payload(body, header(headers, "Content-Type"))
-        action = payload.get("action")
+        action = payload.get("action", NO_ACTION if NO_ACTION in actions else None)
         context["action"] = str(action)[:64]
         if not isinstance(action, str) or action not in actions:
             return self._ignored("action not processed", context)
+
+        if event_name in TRIGGER_EVENTS:
+            return self._trigger_delivery(event_name, payload, delivery, context)
 
         if event_name == "pull_request":
             facts = pull_request_facts(payload)
@@ -210,6 +241,73 @@ class WebhookReceiver:
             return WebhookOutcome("unchanged", f"the task is already {moved.status.value}")
         self.tasks.project_item(moved, now=now)
         logger.info("webhook moved task to %s", moved.status.value, extra={**context, "task_id": task.id})
+        return WebhookOutcome("applied")
+
+    def _trigger_delivery(
+        self, event_name: str, payload: Mapping[str, Any], delivery: str, context: Mapping[str, str]
+    ) -> WebhookOutcome:
+        trigger = trigger_of(event_name, payload, app_slug=self.app_slug)
+        if trigger is None:
+            return self._ignored("asks for no follow-up", context)
+        branch = trigger_branch(trigger)
+        if branch is None:
+            return self._ignored("names no Steward branch", context)
+        return self._once(
+            delivery,
+            event_name,
+            context,
+            lambda now, mark: self._trigger(trigger, branch, now, mark, context),
+        )
+
+    def _trigger(
+        self,
+        trigger: Trigger,
+        branch: str,
+        now: datetime,
+        mark: Mapping[str, Any],
+        context: Mapping[str, str],
+    ) -> WebhookOutcome:
+        task_id = task_id_from_branch(branch)
+        task = self.tasks.get(task_id) if task_id else None
+        installation = (
+            self.installations.get(trigger.installation_id)
+            if task is not None and trigger.installation_id is not None
+            else None
+        )
+        problem = correlation_problem(trigger, task, installation)
+        if problem or task is None:
+            return self._ignored(problem or "no task owns this branch", context)
+        if task.status is not TaskStatus.REVIEW or task.pr_number is None:
+            return self._ignored(f"the task is {task.status.value}, not in review", context)
+        if trigger.pull_number is not None and trigger.pull_number != task.pr_number:
+            return self._ignored("another pull request of the branch", context)
+        data = trigger_record(trigger) | {"delivery": context["delivery"]}
+        refused = author_problem(trigger)
+        if refused is not None:
+            self.tasks.append_event(
+                task, "follow_up_refused", data | {"reason": refused}, now=now, include=[mark]
+            )
+            logger.info("webhook: a follow-up refused: %s", refused, extra={**context, "task_id": task.id})
+            return WebhookOutcome("applied", refused)
+        key = trigger.round_key(task.pr_number, trigger.head_sha or task.head_sha or "unknown")
+
+        def admit(current: Task) -> None:
+            if key in current.follow_up_keys:
+                raise _AlreadyAsked
+
+        try:
+            self.tasks.append_event(
+                task,
+                "follow_up_asked",
+                data | {"round_key": key},
+                now=now,
+                admit=admit,
+                sets=lambda current: {"follow_up_keys": [*current.follow_up_keys, key]},
+                include=[mark],
+            )
+        except _AlreadyAsked:
+            return WebhookOutcome("unchanged", "this follow-up was asked for already")
+        logger.info("webhook: a follow-up asked for", extra={**context, "task_id": task.id, "round_key": key})
         return WebhookOutcome("applied")
 
     def _not_reopened(
