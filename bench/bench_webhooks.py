@@ -2,7 +2,8 @@
 not asserted:
 
 * DynamoDB requests per delivery: a new pull_request delivery that moves a running task to
-  review, a duplicate (aim 1), an installation delivery, and ignored ones;
+  review, a duplicate (aim 1), an installation delivery, ignored ones, and a review that asks
+  for a follow-up round (new, duplicate, the same ask again);
 * deliveries processed per second through the service (`WebhookReceiver.receive`) and
   through the HTTP adapter (`LambdaHttpServer(kind="function_url")` in front of the real
   Lambda handler), for new pull_request deliveries, duplicates and installation deliveries.
@@ -21,6 +22,7 @@ import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
 import httpx
@@ -50,6 +52,7 @@ from tests.support.github_payloads import (
     T0,
     Delivery,
     delivery,
+    github_user,
     installation_repositories_payload,
     pull_request_payload,
 )
@@ -109,6 +112,36 @@ def requests_per_delivery(receiver: WebhookReceiver, tables: Tables, tasks: list
     foreign = pull_request_payload("opened", branch="steward/" + "0" * 23)
     count("pull_request on a non-canonical branch", delivery("pull_request", foreign))
     count("unknown event (push)", delivery("push", {"ref": "refs/heads/main"}))
+    receiver.receive(*_parts(opened(tasks[1], 2)))  # the second task in review
+    review = review_requesting_changes(tasks[1], 2)
+    ask = delivery("pull_request_review", review)
+    count("review requesting changes (a follow-up asked)", ask)
+    count("duplicate of it", ask, "  aim 1")
+    count("the same ask under a new delivery id", delivery("pull_request_review", review))
+
+
+def _parts(item: Delivery) -> tuple[bytes, dict[str, str]]:
+    return item.body, item.headers
+
+
+def review_requesting_changes(task: Task, number: int) -> dict[str, Any]:
+    """A `pull_request_review` payload: changes requested by a collaborator."""
+    payload = pull_request_payload("opened", branch=task.branch, number=number)
+    head = payload["pull_request"]["head"]["sha"]
+    payload.update(
+        action="submitted",
+        review={
+            "id": 1,
+            "user": github_user("octo-reviewer"),
+            "body": "Please also handle negative numbers.",
+            "commit_id": head,
+            "state": "changes_requested",
+            "author_association": "COLLABORATOR",
+            "html_url": f"https://github.com/{REPO}/pull/{number}#pullrequestreview-1",
+        },
+    )
+    del payload["number"]
+    return payload
 
 
 def rate(label: str, items: list[Delivery], send: Callable[[Delivery], object]) -> None:
