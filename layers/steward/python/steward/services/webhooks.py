@@ -79,6 +79,7 @@ from steward.domain.webhooks import (
     HANDLED,
     NO_ACTION,
     InstallationChange,
+    NamesRepository,
     PullRequestFacts,
     Reopened,
     WebhookOutcome,
@@ -200,19 +201,27 @@ class WebhookReceiver:
             logger.info("webhook duplicate delivery", extra=dict(context))
             return WebhookOutcome("duplicate")
 
-    def _pull_request(
-        self, facts: PullRequestFacts, now: datetime, mark: Mapping[str, Any], context: Mapping[str, str]
-    ) -> WebhookOutcome:
-        task_id = facts.task_id
+    def _correlated(
+        self, task_id: str | None, installation_id: int | None, facts: NamesRepository
+    ) -> tuple[Task | None, str]:
+        """The task a delivery's branch names, or None and why it must not be touched."""
         task = self.tasks.get(task_id) if task_id else None
         installation = (
-            self.installations.get(facts.installation_id)
-            if task is not None and facts.installation_id is not None
+            self.installations.get(installation_id)
+            if task is not None and installation_id is not None
             else None
         )
         problem = correlation_problem(facts, task, installation)
         if problem or task is None:
-            return self._ignored(problem or "no task owns this branch", context)
+            return None, problem or "no task owns this branch"
+        return task, ""
+
+    def _pull_request(
+        self, facts: PullRequestFacts, now: datetime, mark: Mapping[str, Any], context: Mapping[str, str]
+    ) -> WebhookOutcome:
+        task, problem = self._correlated(facts.task_id, facts.installation_id, facts)
+        if task is None:
+            return self._ignored(problem, context)
         event = {
             "action": facts.action,
             "number": facts.number,
@@ -267,16 +276,9 @@ class WebhookReceiver:
         mark: Mapping[str, Any],
         context: Mapping[str, str],
     ) -> WebhookOutcome:
-        task_id = task_id_from_branch(branch)
-        task = self.tasks.get(task_id) if task_id else None
-        installation = (
-            self.installations.get(trigger.installation_id)
-            if task is not None and trigger.installation_id is not None
-            else None
-        )
-        problem = correlation_problem(trigger, task, installation)
-        if problem or task is None:
-            return self._ignored(problem or "no task owns this branch", context)
+        task, problem = self._correlated(task_id_from_branch(branch), trigger.installation_id, trigger)
+        if task is None:
+            return self._ignored(problem, context)
         if task.status is not TaskStatus.REVIEW or task.pr_number is None:
             return self._ignored(f"the task is {task.status.value}, not in review", context)
         if trigger.pull_number is not None and trigger.pull_number != task.pr_number:

@@ -21,6 +21,7 @@ __all__ = [
     "issue_comment",
     "node_id",
     "pull_request",
+    "reactions",
     "repository",
     "repository_brief",
     "review",
@@ -324,6 +325,15 @@ def pull_request(
     return body
 
 
+def reactions(api: str) -> Json:
+    """The reaction counts of a comment or an issue: none, here."""
+    return {
+        "url": f"{api}/reactions",
+        "total_count": 0,
+        **dict.fromkeys(("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0),
+    }
+
+
 def issue_comment(
     base: str, full_name: str, comment: Comment, *, author: Json, association: str = "NONE"
 ) -> Json:
@@ -340,11 +350,7 @@ def issue_comment(
         "updated_at": iso(comment.updated_at),
         "author_association": association,
         "body": comment.body,
-        "reactions": {
-            "url": f"{api}/reactions",
-            "total_count": 0,
-            **dict.fromkeys(("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0),
-        },
+        "reactions": reactions(api),
         "performed_via_github_app": None,
     }
 
@@ -426,11 +432,7 @@ def review_comment(
         "original_line": line,
         "side": "RIGHT",
         "subject_type": "line",
-        "reactions": {
-            "url": f"{api}/reactions",
-            "total_count": 0,
-            **dict.fromkeys(("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0),
-        },
+        "reactions": reactions(api),
     }
 
 

@@ -1141,11 +1141,7 @@ class GitHubTwin(Running):
             "author_association": "NONE",
             "active_lock_reason": None,
             "body": pull.body,
-            "reactions": {
-                "url": f"{api}/reactions",
-                "total_count": 0,
-                **dict.fromkeys(("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0),
-            },
+            "reactions": shapes.reactions(api),
             "timeline_url": f"{api}/timeline",
             "performed_via_github_app": None,
             "state_reason": None,
