@@ -95,6 +95,7 @@ browser-tools:
 	@command -v chromium >/dev/null 2>&1 || { echo "chromium is required: apt-get install chromium" >&2; exit 1; }
 
 demo: $(STAMP) sandbox-tools
+	@$(BYTECODE)
 	$(VENV)/bin/steward demo
 
 # Test modules run in parallel worker processes (pytest-xdist): most of the suite waits on
@@ -104,7 +105,12 @@ demo: $(STAMP) sandbox-tools
 # Three workers on 2 cores: the suite needs about 15 CPU-minutes, so more workers mostly add
 # contention (4 let the demo test time out on a busy machine). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
+# The suite starts hundreds of Python processes (CLI calls, stacks, runtimes, simulation
+# workers), and a machine may set PYTHONDONTWRITEBYTECODE: without bytecode each would compile
+# Steward's modules again. compileall writes it whatever that says, and skips what is current.
+BYTECODE = $(PY) -m compileall -q -j 0 layers/steward/python
 test: $(STAMP) sandbox-tools browser-tools
+	@$(BYTECODE)
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(STAMP)
