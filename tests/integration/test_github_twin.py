@@ -757,6 +757,16 @@ def test_webhooks_are_signed_ordered_and_parse(
     assert [d.body for d in twin.deliveries] == [r.body for r in receiver.received]
 
 
+def open_pull(twin: GitHubTwin, installation_id: int, tmp_path: Path) -> int:
+    """The App pushes `steward/a` and opens its pull request on acme/widgets; its number."""
+    token = twin.create_token(installation_id)
+    push_branch(twin, tmp_path, token, "steward/a", {"a.txt": "a\n"})
+    gh = token_client(twin, token)  # held while its namespace is used
+    return gh.rest.pulls.create(
+        "acme", "widgets", title="A", head="steward/a", base="main"
+    ).parsed_data.number
+
+
 def test_reviews_comments_and_checks_are_sent_as_github_sends_them_and_read_as_triggers(
     twin: GitHubTwin, receiver: Receiver, seeded: int, tmp_path: Path
 ) -> None:
@@ -764,12 +774,7 @@ def test_reviews_comments_and_checks_are_sent_as_github_sends_them_and_read_as_t
     stranger and a bot, and a failing check: each delivery parses as GitHub's schema says
     (githubkit), carries the top-level keys GitHub's own deliveries of that event carry
     (tests/fixtures/github-payloads), and reads as the trigger it is."""
-    token = twin.create_token(seeded)
-    gh = token_client(twin, token)
-    push_branch(twin, tmp_path, token, "steward/a", {"a.txt": "a\n"})
-    number = gh.rest.pulls.create(
-        "acme", "widgets", title="A", head="steward/a", base="main"
-    ).parsed_data.number
+    number = open_pull(twin, seeded, tmp_path)
     head = twin.pull("acme/widgets", number)["head"]["sha"]
     twin.review(
         "acme/widgets",
@@ -843,12 +848,7 @@ def test_reviews_comments_and_checks_are_sent_as_github_sends_them_and_read_as_t
 def test_a_person_pushes_onto_a_pull_requests_branch_and_github_says_synchronize(
     twin: GitHubTwin, receiver: Receiver, seeded: int, tmp_path: Path
 ) -> None:
-    token = twin.create_token(seeded)
-    gh = token_client(twin, token)
-    push_branch(twin, tmp_path, token, "steward/a", {"a.txt": "a\n"})
-    number = gh.rest.pulls.create(
-        "acme", "widgets", title="A", head="steward/a", base="main"
-    ).parsed_data.number
+    number = open_pull(twin, seeded, tmp_path)
     before = twin.pull("acme/widgets", number)["head"]["sha"]
     pushed = twin.person_push("acme/widgets", number, login=DRIVE_BY_LOGIN)
     after = pushed["head"]["sha"]
@@ -889,14 +889,17 @@ def test_no_pull_request_events_while_suspended(
 def test_failed_deliveries_are_recorded_not_retried_and_can_be_redelivered(
     twin: GitHubTwin, receiver: Receiver, seeded: int
 ) -> None:
-    twin.wait_for_deliveries()
+    assert twin.wait_for_deliveries(60)  # the seeded installations' two, before the 500s begin
     receiver.status = 500
     twin.suspend(seeded)
-    twin.wait_for_deliveries()
+    assert twin.wait_for_deliveries(60)
     failed = twin.deliveries[-1]
     assert (failed.event, failed.action, failed.status) == ("installation", "suspend", 500)
     time.sleep(0.2)
-    assert len(receiver.received) == 3  # no automatic retry
+    # no automatic retry: the receiver saw each answered delivery once, the failed one too
+    answered = [d.delivery_id for d in twin.deliveries if d.status is not None]
+    assert [r.headers["x-github-delivery"] for r in receiver.received] == answered
+    assert answered.count(failed.delivery_id) == 1
     receiver.status = 200
     twin.redeliver(failed.delivery_id)
     twin.wait_for_deliveries()

@@ -40,6 +40,7 @@ from steward.adapters.delivery_store import DeliveryStore
 from steward.adapters.dynamo import Tables, count_requests, plain
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
+from steward.domain.follow_ups import MAX_FOLLOW_UP_KEYS
 from steward.domain.installations import Installation
 from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.webhooks import (
@@ -1227,6 +1228,7 @@ def test_a_review_by_someone_who_may_not_ask_is_recorded_as_refused_and_asks_for
 def test_a_trigger_on_a_task_not_in_review_or_on_another_pull_request_changes_nothing(world: World) -> None:
     before = stored(world.services.tables)
     assert world.deliver(delivery("pull_request_review", _review(world, 2))) == "ignored"  # still running
+    assert stored(world.services.tables) == before
     _, number = _in_review(world)
     before = stored(world.services.tables)
     assert world.deliver(delivery("pull_request_review", _review(world, number + 1))) == "ignored"
@@ -1251,3 +1253,82 @@ def test_a_review_delivered_on_eight_threads_is_asked_for_once(world: World) -> 
     assert set(outcomes) <= {"applied", "unchanged", "duplicate"}
     assert len(world.current().follow_up_keys) == 1
     assert [e["type"] for e in _follow_ups(world)] == ["follow_up_asked"]
+
+
+def test_a_review_that_arrives_as_the_pull_request_is_merged_records_nothing_after_the_merge(
+    world: World,
+) -> None:
+    """The receiver reads the task in review; before its write, the merge lands. The write is
+    conditional on the task as read, and the ask is judged again on the task as it is now."""
+    _, number = _in_review(world)
+    merged = pull_request_payload("closed", merged=True, branch=world.task.branch, number=number)
+    store = world.receiver.tasks
+    read = store.get
+
+    def read_then_merge(task_id: str) -> Task | None:
+        task = read(task_id)
+        store.get = read  # type: ignore[method-assign]
+        assert world.deliver(delivery("pull_request", merged)) == "applied"
+        return task
+
+    store.get = read_then_merge  # type: ignore[method-assign]
+    outcome = world.receiver.receive(*_signed_parts(delivery("pull_request_review", _review(world, number))))
+    assert (outcome.status, outcome.reason) == ("unchanged", "the task is merged, not in review")
+    assert world.current().status is TaskStatus.MERGED
+    assert world.current().follow_up_keys == ()
+    assert _follow_ups(world) == []
+
+
+def _signed_parts(item: Delivery) -> tuple[bytes, dict[str, str]]:
+    return item.body, item.headers
+
+
+CREDENTIALS = [
+    "ghp_" + "a1B2" * 9,
+    "github_pat_" + "A" * 22 + "_" + "b" * 59,
+    "ghs_" + "Z" * 36,
+    "AKIA" + "ABCDEFGHIJKLMNOP",
+]
+
+
+@pytest.mark.parametrize("secret", CREDENTIALS)
+def test_a_credential_in_a_review_an_inline_comment_or_a_check_output_is_never_stored(
+    world: World, secret: str
+) -> None:
+    _, number = _in_review(world)
+    review = _review(world, number, body=f"use this token: {secret} please")
+    assert world.deliver(delivery("pull_request_review", review)) == "applied"
+    inline = aimed_at(
+        real_payload("octokit.pull_request_review_comment.created.json"), branch=world.task.branch
+    )
+    inline["pull_request"]["number"] = number
+    inline["comment"].update(
+        body=f"@steward the key is {secret}", diff_hunk=f"+KEY = '{secret}'", author_association="OWNER"
+    )
+    assert world.deliver(delivery("pull_request_review_comment", inline)) == "applied"
+    check = aimed_at(real_payload("octokit.check_run.completed.1.json"))
+    check["check_run"]["pull_requests"][0].update(number=number)
+    check["check_run"]["pull_requests"][0]["head"]["ref"] = world.task.branch
+    check["check_run"]["output"] = {"title": "tests", "summary": f"env: TOKEN={secret}", "text": None}
+    assert world.deliver(delivery("check_run", check)) == "applied"
+    asked = _follow_ups(world)
+    assert [e["data"]["kind"] for e in asked] == ["review", "mention", "check"]
+    written = json.dumps(world.services.tasks.events.list(world.task.id, after=0, limit=100))
+    assert secret not in written
+    assert "[REDACTED" in written
+
+
+def test_a_task_holds_a_bounded_number_of_asks(world: World) -> None:
+    _, number = _in_review(world)
+    full = [f"{number}:{n:040x}:check" for n in range(MAX_FOLLOW_UP_KEYS)]
+    world.services.tables.table(TASKS).update_item(
+        Key={"task_id": world.task.id},
+        UpdateExpression="SET follow_up_keys = :k",
+        ExpressionAttributeValues={":k": full},
+    )
+    outcome = world.receiver.receive(*_signed_parts(delivery("pull_request_review", _review(world, number))))
+    assert (outcome.status, outcome.reason) == (
+        "unchanged",
+        f"the task holds {MAX_FOLLOW_UP_KEYS} follow-up asks already",
+    )
+    assert len(world.current().follow_up_keys) == MAX_FOLLOW_UP_KEYS

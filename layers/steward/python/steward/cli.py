@@ -596,13 +596,9 @@ def _github_twin_call(
 def cmd_local_github_review(args: argparse.Namespace) -> int:
     from steward.local.github_twin import admin  # noqa: PLC0415
 
-    state, body = (
-        ("changes_requested", args.request_changes)
-        if args.request_changes is not None
-        else (
-            ("approved", args.approve) if args.approve is not None else ("commented", args.comment_body or "")
-        )
-    )
+    # argparse lets exactly one of the three through
+    verdicts = (("changes_requested", args.request_changes), ("approved", args.approve))
+    state, body = next(((s, b) for s, b in verdicts if b is not None), ("commented", args.comment_body or ""))
     repo, number, review = _github_twin_call(
         args,
         lambda url, repo, number: admin.review(

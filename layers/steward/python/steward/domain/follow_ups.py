@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
-from steward.domain.errors import BadRequest
 from steward.domain.ids import task_id_from_branch
+from steward.domain.models import Task, TaskStatus
+from steward.domain.webhooks import InstallationRef, PayloadModel, read_payload
 
 COLLABORATORS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 FAILING_CHECKS = frozenset({"failure", "timed_out"})
@@ -40,6 +39,7 @@ FAILING_STATUSES = frozenset({"failure", "error"})
 MAX_BODY_CHARS = 8000  # what a round reads of one comment or review body
 MAX_OUTPUT_CHARS = 16000  # what a round reads of a check's output
 MAX_INLINE_COMMENTS = 50
+MAX_FOLLOW_UP_KEYS = 100  # asks one task holds at most (a key per head commit and kind)
 
 
 class TriggerKind(StrEnum):
@@ -126,6 +126,18 @@ def trigger_record(trigger: Trigger) -> dict[str, Any]:
     return {k: v for k, v in record.items() if v not in (None, "")}
 
 
+def ask_problem(trigger: Trigger, task: Task) -> str | None:
+    """Why a trigger correlated to `task` asks nothing of it (None: it asks): only a task in
+    review with a pull request, that pull request, and a commit to answer on."""
+    if task.status is not TaskStatus.REVIEW or task.pr_number is None:
+        return f"the task is {task.status.value}, not in review"
+    if trigger.pull_number is not None and trigger.pull_number != task.pr_number:
+        return "another pull request of the branch"
+    if trigger.head_sha is None:
+        return "names no commit"
+    return None
+
+
 def author_problem(trigger: Trigger) -> str | None:
     """Why the author of a review or a mention may not ask for a round (None: they may)."""
     if not trigger.needs_author:
@@ -149,41 +161,33 @@ def mentions(body: str, app_slug: str) -> bool:
 # ---- what Steward reads of the payloads
 
 
-class _Read(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class _User(_Read):
+class _User(PayloadModel):
     login: str
     type: str = "User"
 
 
-class _Repository(_Read):
+class _Repository(PayloadModel):
     full_name: str
 
 
-class _Installation(_Read):
-    id: int
-
-
-class _PullHead(_Read):
+class _PullHead(PayloadModel):
     ref: str
     sha: str
 
 
-class _Pull(_Read):
+class _Pull(PayloadModel):
     number: int
     head: _PullHead
     html_url: str | None = None
 
 
-class _Envelope(_Read):
+class _Envelope(PayloadModel):
     action: str | None = None
     repository: _Repository
-    installation: _Installation | None = None
+    installation: InstallationRef | None = None
 
 
-class _Review(_Read):
+class _Review(PayloadModel):
     id: int
     user: _User | None = None
     body: str | None = None
@@ -198,7 +202,7 @@ class _ReviewEvent(_Envelope):
     pull_request: _Pull
 
 
-class _Comment(_Read):
+class _Comment(PayloadModel):
     id: int
     user: _User | None = None
     body: str | None = None
@@ -216,11 +220,11 @@ class _ReviewCommentEvent(_Envelope):
     pull_request: _Pull
 
 
-class _IssuePullLink(_Read):
+class _IssuePullLink(PayloadModel):
     url: str | None = None
 
 
-class _Issue(_Read):
+class _Issue(PayloadModel):
     number: int
     pull_request: _IssuePullLink | None = None  # present only on a pull request's conversation
 
@@ -230,23 +234,23 @@ class _IssueCommentEvent(_Envelope):
     issue: _Issue
 
 
-class _CheckPull(_Read):
+class _CheckPull(PayloadModel):
     number: int
     head: _PullHead
 
 
-class _CheckOutput(_Read):
+class _CheckOutput(PayloadModel):
     title: str | None = None
     summary: str | None = None
     text: str | None = None
 
 
-class _CheckSuiteApp(_Read):
+class _CheckSuiteApp(PayloadModel):
     name: str | None = None
     slug: str | None = None
 
 
-class _CheckSuite(_Read):
+class _CheckSuite(PayloadModel):
     id: int
     head_branch: str | None = None
     head_sha: str
@@ -255,7 +259,7 @@ class _CheckSuite(_Read):
     app: _CheckSuiteApp | None = None
 
 
-class _CheckRun(_Read):
+class _CheckRun(PayloadModel):
     id: int
     name: str
     head_sha: str
@@ -274,11 +278,11 @@ class _CheckSuiteEvent(_Envelope):
     check_suite: _CheckSuite
 
 
-class _Branch(_Read):
+class _Branch(PayloadModel):
     name: str
 
 
-class _StatusEvent(_Read):
+class _StatusEvent(PayloadModel):
     id: int
     sha: str
     state: str
@@ -287,20 +291,7 @@ class _StatusEvent(_Read):
     target_url: str | None = None
     branches: list[_Branch] = []
     repository: _Repository
-    installation: _Installation | None = None
-
-
-def _read(model: type[Any], payload: Mapping[str, Any], event_name: str) -> Any:
-    from pydantic import ValidationError  # noqa: PLC0415 - the error path only
-
-    try:
-        return model.model_validate(payload)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in error["loc"]) or "body"
-        raise BadRequest(
-            f"the {event_name} payload's {where} is not usable ({error['msg']})", field=where
-        ) from exc
+    installation: InstallationRef | None = None
 
 
 def _text(value: str | None, limit: int) -> str:
@@ -332,7 +323,7 @@ def trigger_of(event_name: str, payload: Mapping[str, Any], *, app_slug: str) ->
 
 
 def _review(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
-    event: _ReviewEvent = _read(_ReviewEvent, payload, "pull_request_review")
+    event: _ReviewEvent = read_payload(_ReviewEvent, payload, "pull_request_review")
     review = event.review
     if event.action != "submitted":
         return None
@@ -357,7 +348,7 @@ def _review(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
 
 
 def _review_comment(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
-    event: _ReviewCommentEvent = _read(_ReviewCommentEvent, payload, "pull_request_review_comment")
+    event: _ReviewCommentEvent = read_payload(_ReviewCommentEvent, payload, "pull_request_review_comment")
     comment = event.comment
     body = comment.body or ""
     if event.action != "created" or not mentions(body, app_slug):
@@ -377,7 +368,7 @@ def _review_comment(payload: Mapping[str, Any], app_slug: str) -> Trigger | None
 
 
 def _issue_comment(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
-    event: _IssueCommentEvent = _read(_IssueCommentEvent, payload, "issue_comment")
+    event: _IssueCommentEvent = read_payload(_IssueCommentEvent, payload, "issue_comment")
     comment = event.comment
     body = comment.body or ""
     if event.action != "created" or event.issue.pull_request is None or not mentions(body, app_slug):
@@ -403,7 +394,7 @@ def _pulls(pulls: list[_CheckPull]) -> dict[str, Any]:
 
 
 def _check_run(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
-    event: _CheckRunEvent = _read(_CheckRunEvent, payload, "check_run")
+    event: _CheckRunEvent = read_payload(_CheckRunEvent, payload, "check_run")
     run = event.check_run
     if event.action != "completed" or (run.conclusion or "") not in FAILING_CHECKS:
         return None
@@ -425,7 +416,7 @@ def _check_run(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
 
 
 def _check_suite(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
-    event: _CheckSuiteEvent = _read(_CheckSuiteEvent, payload, "check_suite")
+    event: _CheckSuiteEvent = read_payload(_CheckSuiteEvent, payload, "check_suite")
     suite = event.check_suite
     if event.action != "completed" or (suite.conclusion or "") not in FAILING_CHECKS:
         return None
@@ -443,7 +434,7 @@ def _check_suite(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
 
 
 def _status(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
-    event: _StatusEvent = _read(_StatusEvent, payload, "status")
+    event: _StatusEvent = read_payload(_StatusEvent, payload, "status")
     if event.state not in FAILING_STATUSES:
         return None
     return Trigger(

@@ -200,25 +200,27 @@ def load_payload(body: bytes, content_type: str | None) -> dict[str, Any]:
 # ---- what Steward reads of GitHub's payloads (see the module docstring)
 
 
-class _Read(BaseModel):
-    # GitHub adds fields all the time and Steward reads a handful: the rest is ignored.
+class PayloadModel(BaseModel):
+    """What Steward reads of a GitHub payload: GitHub adds fields all the time and Steward
+    reads a handful, so the rest is ignored (`steward.domain.follow_ups` reads with it too)."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class RepositoryRef(_Read):
+class RepositoryRef(PayloadModel):
     id: int
 
 
-class Head(_Read):
+class Head(PayloadModel):
     ref: str
     repo: RepositoryRef | None = None  # null when the fork it came from was deleted
 
 
-class Base(_Read):
+class Base(PayloadModel):
     repo: RepositoryRef
 
 
-class PullRequestBody(_Read):
+class PullRequestBody(PayloadModel):
     number: int
     state: Literal["open", "closed"]
     merged: bool | None = None  # null or absent on some open pull requests: not merged
@@ -227,23 +229,23 @@ class PullRequestBody(_Read):
     base: Base
 
 
-class RepositoryBody(_Read):
+class RepositoryBody(PayloadModel):
     id: int
     full_name: str
 
 
-class InstallationRef(_Read):
+class InstallationRef(PayloadModel):
     id: int
 
 
-class PullRequestEvent(_Read):
+class PullRequestEvent(PayloadModel):
     action: str
     pull_request: PullRequestBody
     repository: RepositoryBody
     installation: InstallationRef | None = None  # a repository hook's delivery has none
 
 
-class AccountBody(_Read):
+class AccountBody(PayloadModel):
     login: str | None = None  # users and organizations
     slug: str | None = None  # enterprises
     name: str | None = None
@@ -253,7 +255,7 @@ class AccountBody(_Read):
         return self.login or self.slug or self.name
 
 
-class InstallationBody(_Read):
+class InstallationBody(PayloadModel):
     id: int
     account: AccountBody | None = None
     updated_at: datetime
@@ -272,24 +274,24 @@ class InstallationBody(_Read):
         return value
 
 
-class Listed(_Read):
+class Listed(PayloadModel):
     full_name: str | None = None  # a removed repository may come without its name
 
 
-class InstallationEvent(_Read):
+class InstallationEvent(PayloadModel):
     action: str
     installation: InstallationBody
     repositories: list[Listed] | None = None
 
 
-class InstallationRepositoriesEvent(_Read):
+class InstallationRepositoriesEvent(PayloadModel):
     action: str
     installation: InstallationBody
     repositories_added: list[Listed] | None = None
     repositories_removed: list[Listed] | None = None
 
 
-_Event = TypeVar("_Event", bound=_Read)
+_Event = TypeVar("_Event", bound=PayloadModel)
 
 
 def _where(loc: Iterable[int | str]) -> str:
@@ -300,7 +302,7 @@ def _where(loc: Iterable[int | str]) -> str:
     return out or "body"
 
 
-def _read(model: type[_Event], payload: Mapping[str, Any], event_name: str) -> _Event:
+def read_payload(model: type[_Event], payload: Mapping[str, Any], event_name: str) -> _Event:
     """The payload through `model`; BadRequest naming the first field Steward cannot use."""
     try:
         return model.model_validate(payload)
@@ -373,7 +375,7 @@ class PullRequestFacts:
 
 def pull_request_facts(payload: Mapping[str, Any]) -> PullRequestFacts:
     """The facts of a pull_request payload (BadRequest naming a field Steward needs)."""
-    event = _read(PullRequestEvent, payload, "pull_request")
+    event = read_payload(PullRequestEvent, payload, "pull_request")
     pr = event.pull_request
     merged = bool(pr.merged)
     return PullRequestFacts(
@@ -690,14 +692,14 @@ def installation_change(event_name: str, payload: Mapping[str, Any]) -> Installa
     removed: tuple[str, ...] = ()
     precedence = REPORT
     if event_name == "installation":
-        event = _read(InstallationEvent, payload, event_name)
+        event = read_payload(InstallationEvent, payload, event_name)
         installation = event.installation
         action = event.action
         if action == "created" and event.repositories is not None:
             snapshot = _names(event.repositories)
         precedence = {"suspend": SUSPEND, "unsuspend": UNSUSPEND}.get(action, REPORT)
     else:
-        repo_event = _read(InstallationRepositoriesEvent, payload, event_name)
+        repo_event = read_payload(InstallationRepositoriesEvent, payload, event_name)
         installation = repo_event.installation
         action = repo_event.action
         # the list the action is about is what Steward needs; the other may be empty or null

@@ -43,7 +43,9 @@ with the key added to the task's `follow_up_keys`, in one transaction with the d
 mark; a review or a mention by someone who may not ask (not a collaborator, or a bot) is
 recorded as a `follow_up_refused` event instead. A second trigger with the same key (a
 redelivery under another id, a review's inline comment, a second failing check on one commit)
-changes nothing. A conversation comment names only its pull request's number, not its branch:
+changes nothing; each write is conditional on the task as it reads it, so nothing is recorded
+on a task that left review meanwhile, and a task holds at most MAX_FOLLOW_UP_KEYS asks. The
+texts kept are redacted. A conversation comment names only its pull request's number, not its branch:
 it is not correlated here yet. Starting the round is the loop's (not yet done).
 
 Installations: each event is merged into the installation's stored merge state
@@ -66,8 +68,10 @@ from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import BadRequest, LifecycleError, Unauthorized
 from steward.domain.follow_ups import (
+    MAX_FOLLOW_UP_KEYS,
     TRIGGER_EVENTS,
     Trigger,
+    ask_problem,
     author_problem,
     trigger_branch,
     trigger_of,
@@ -98,8 +102,8 @@ from steward.domain.webhooks import (
 from steward.services.installations import sync_installation
 
 
-class _AlreadyAsked(Exception):
-    """The task holds this round key already."""
+class _NotAsked(Exception):
+    """A follow-up ask that the task, as the write reads it, does not take."""
 
 
 # The handler and the local stack import the secret and the outcome from here with the service.
@@ -279,36 +283,52 @@ class WebhookReceiver:
         task, problem = self._correlated(task_id_from_branch(branch), trigger.installation_id, trigger)
         if task is None:
             return self._ignored(problem, context)
-        if task.status is not TaskStatus.REVIEW or task.pr_number is None:
-            return self._ignored(f"the task is {task.status.value}, not in review", context)
-        if trigger.pull_number is not None and trigger.pull_number != task.pr_number:
-            return self._ignored("another pull request of the branch", context)
-        data = trigger_record(trigger) | {"delivery": context["delivery"]}
+        unasked = ask_problem(trigger, task)
+        if unasked is not None or task.pr_number is None or trigger.head_sha is None:
+            return self._ignored(unasked or "names no commit", context)
+        number = task.pr_number
+        key = trigger.round_key(number, trigger.head_sha)
         refused = author_problem(trigger)
-        if refused is not None:
-            self.tasks.append_event(
-                task, "follow_up_refused", data | {"reason": refused}, now=now, include=[mark]
-            )
-            logger.info("webhook: a follow-up refused: %s", refused, extra={**context, "task_id": task.id})
-            return WebhookOutcome("applied", refused)
-        key = trigger.round_key(task.pr_number, trigger.head_sha or task.head_sha or "unknown")
 
         def admit(current: Task) -> None:
-            if key in current.follow_up_keys:
-                raise _AlreadyAsked
+            # Judged again on the task as each write attempt reads it: the write is conditional
+            # on that read, so nothing is recorded on a task that left review meanwhile.
+            if current.status is not TaskStatus.REVIEW or current.pr_number != number:
+                raise _NotAsked(f"the task is {current.status.value}, not in review")
+            if refused is None and key in current.follow_up_keys:
+                raise _NotAsked("this follow-up was asked for already")
+            if refused is None and len(current.follow_up_keys) >= MAX_FOLLOW_UP_KEYS:
+                raise _NotAsked(f"the task holds {MAX_FOLLOW_UP_KEYS} follow-up asks already")
 
+        from steward.domain.redaction import Redactor  # noqa: PLC0415 - only a trigger on a task in review pays for it
+
+        # People paste credentials into reviews and CI prints them: nothing stored keeps one.
+        data = Redactor().clean(trigger_record(trigger) | {"delivery": context["delivery"]})
         try:
-            self.tasks.append_event(
-                task,
-                "follow_up_asked",
-                data | {"round_key": key},
-                now=now,
-                admit=admit,
-                sets=lambda current: {"follow_up_keys": [*current.follow_up_keys, key]},
-                include=[mark],
-            )
-        except _AlreadyAsked:
-            return WebhookOutcome("unchanged", "this follow-up was asked for already")
+            if refused is not None:
+                self.tasks.append_event(
+                    task,
+                    "follow_up_refused",
+                    data | {"reason": refused},
+                    now=now,
+                    admit=admit,
+                    include=[mark],
+                )
+            else:
+                self.tasks.append_event(
+                    task,
+                    "follow_up_asked",
+                    data | {"round_key": key},
+                    now=now,
+                    admit=admit,
+                    sets=lambda current: {"follow_up_keys": [*current.follow_up_keys, key]},
+                    include=[mark],
+                )
+        except _NotAsked as exc:
+            return WebhookOutcome("unchanged", str(exc))
+        if refused is not None:
+            logger.info("webhook: a follow-up refused: %s", refused, extra={**context, "task_id": task.id})
+            return WebhookOutcome("applied", refused)
         logger.info("webhook: a follow-up asked for", extra={**context, "task_id": task.id, "round_key": key})
         return WebhookOutcome("applied")
 
