@@ -14,9 +14,10 @@ the slowest modules handed out first, and the infra modules together (they share
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import boto3
@@ -86,6 +87,44 @@ class ModuleScheduling(LoadFileScheduling):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadFileScheduling | None:
     return ModuleScheduling(config, log) if config.getoption("dist") == "loadfile" else None  # type: ignore[arg-type]
+
+
+# pytest-timeout's signal fails a hung test with its traceback, but a test whose teardown then
+# hangs too (a thread at a barrier, a process never reaped) would hold the whole run. A minute
+# past the limit, the process writes every thread's stack to a file of its own and ends; xdist
+# reports the test as crashed, goes on in a new worker, and the report carries the stacks.
+GRACE_AFTER_TIMEOUT = 60
+HANGS = "STEWARD_TEST_HANGS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if HANGS not in os.environ:  # the controller, or a run without xdist; workers inherit it
+        os.environ[HANGS] = tempfile.mkdtemp(prefix="steward-hangs-")
+
+
+def _hang_file(worker: str) -> Path:
+    return Path(os.environ[HANGS]) / f"{worker}.txt"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    mark = item.get_closest_marker("timeout")
+    limit = float(mark.args[0] if mark else item.config.getini("timeout")) + GRACE_AFTER_TIMEOUT
+    with _hang_file(os.environ.get("PYTEST_XDIST_WORKER", "main")).open("w") as dump:
+        dump.write(f"{item.nodeid} was still running {limit:.0f} s after it started:\n")
+        dump.flush()
+        faulthandler.dump_traceback_later(limit, exit=True, file=dump)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: object) -> None:
+    dump = _hang_file(report.node.gateway.id)  # type: ignore[attr-defined]
+    if dump.is_file() and dump.read_text().startswith(crashitem):
+        report.longrepr = f"{report.longrepr}\n\n{dump.read_text()}"
 
 
 @pytest.fixture(scope="session", autouse=True)
