@@ -285,7 +285,9 @@ class StewardStack(Stack):
                 conditions={"StringLike": {"s3:prefix": ["artifacts/*"]}},
             )
         )
-        for function in ("runtime", "heartbeat"):
+        # The App's key: tokens for the runtime routes, the loop's GitHub calls, and the
+        # receiver's reading of a conversation comment's pull request.
+        for function in ("runtime", "heartbeat", "webhook"):
             self.functions[function].role.add_to_policy(  # type: ignore[index]
                 iam.PolicyStatement(
                     actions=["secretsmanager:GetSecretValue"],

@@ -14,7 +14,7 @@ from steward.adapters.dynamo import count_requests
 from steward.adapters.liveness import LivenessIndex
 from steward.domain.errors import LifecycleError
 from steward.domain.models import ItemStatus, PlanStatus, Task, TaskStatus
-from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
+from steward.domain.tasks import SpawnCharge, SpawnRefused, round_for, task_for
 from steward.services.heartbeat import LEASE_TTL, Outcome
 from steward.tables import TASKS
 from steward.wiring import Services
@@ -572,3 +572,93 @@ def test_every_action_of_a_decision_is_safe_to_apply_twice(loop: Loop) -> None:
     # stopping is repeated (a crash between cancel and stop must still stop) but ECS's
     # StopTask is idempotent: one runtime, stopped
     assert len({s["task"] for s in loop.ecs.stops}) == 1
+
+
+# ---- follow-up rounds (README: "Follow-up rounds")
+
+HEAD = "f" * 40
+
+
+def _events(loop: Loop, task_id: str) -> list[dict[str, object]]:
+    return loop.services.tasks.events.list(task_id, after=0, limit=100)
+
+
+def _in_review_with_an_ask(loop: Loop) -> Task:
+    """One item's task in review on pull request 7 at HEAD, with a review's ask recorded as
+    the webhook receiver records it (the ask waits, the loop is woken)."""
+    confirmed(loop, "A")
+    assert tick(loop) is Outcome.WORKED
+    (task,) = loop.tasks.live_for_user("alice")
+    now = loop.clock()
+    task = loop.tasks.claim(task, runtime_id="r-1", now=now, deadline=now + timedelta(hours=1))
+    task, _ = loop.tasks.transition(
+        task, TaskStatus.REVIEW, now=now, event="finished", extra={"pr_number": 7, "head_sha": HEAD}
+    )
+    loop.tasks.project_item(task, now=now)
+    key = f"7:{HEAD}:review"
+    ask = {"kind": "review", "round_key": key, "head_sha": HEAD, "body": "Please rename it."}
+    return loop.tasks.append_event(
+        task,
+        "follow_up_asked",
+        ask,
+        now=now,
+        sets={"follow_up_keys": [key], "pending_asks": [ask]},
+        wake=True,
+    )
+
+
+def test_an_ask_on_a_task_in_review_starts_one_round_that_the_loop_launches(loop: Loop) -> None:
+    parent = _in_review_with_an_ask(loop)
+    runs = len(loop.ecs.runs)
+    assert tick(loop) is Outcome.WORKED  # the ask woke the loop: no shortcut
+    now_parent = loop.tasks.require(parent.id)
+    assert (now_parent.status, now_parent.rounds_used, now_parent.pending_asks) == (TaskStatus.REVIEW, 1, ())
+    (one,) = [t for t in loop.tasks.live_for_user("alice") if t.is_round]
+    assert (one.parent, one.round, one.branch, one.head_sha, one.status) == (
+        parent.id,
+        1,
+        parent.branch,
+        HEAD,
+        TaskStatus.QUEUED,
+    )
+    assert one.launched_at is not None
+    assert len(loop.ecs.runs) == runs + 1
+    assert one.trigger is not None
+    assert one.trigger["body"] == "Please rename it."
+    started = [e for e in _events(loop, parent.id) if e["type"] == "follow_up_started"]
+    assert [e["data"]["task_id"] for e in started] == [one.id]
+    assert tick(loop) is not Outcome.PARTIAL  # nothing more to do: no second round
+    assert [t.id for t in loop.tasks.live_for_user("alice") if t.is_round] == [one.id]
+    # The item still shows the task in review: a round never projects onto it.
+    plan = loop.services.plans.get("alice", "demo")
+    assert (plan.items[0].status, plan.items[0].task_id) == (ItemStatus.REVIEW, parent.id)
+
+
+def test_a_round_started_on_eight_threads_is_one_round_charged_once(loop: Loop) -> None:
+    parent = _in_review_with_an_ask(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    round_task = round_for(parent, plan, parent.pending_asks[0], number=1, now=loop.clock())
+    users = loop.heartbeat.users
+    leased = users.acquire_lease("alice", owner="test", now=loop.clock(), ttl=LEASE_TTL)
+    assert leased is not None
+    day = leased.spawn_day or "2026-01-01"
+    charge = SpawnCharge(day, cap=100, same_day=leased.spawn_day == day, lease_epoch=leased.lease_epoch)
+    count_before = leased.spawn_count if leased.spawn_day == day else 0
+    barrier = threading.Barrier(8)
+
+    def start(_: int) -> tuple[str, bool]:
+        barrier.wait()
+        try:
+            created, new = loop.tasks.start_round(parent, round_task, now=loop.clock(), charge=charge)
+        except SpawnRefused as exc:
+            return exc.reason, False
+        return created.id, new
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(start, range(8)))
+    assert [new for _, new in outcomes].count(True) == 1, outcomes
+    assert {ident for ident, _ in outcomes} == {round_task.id}, outcomes
+    assert loop.tasks.require(parent.id).rounds_used == 1
+    assert [e["type"] for e in _events(loop, parent.id)].count("follow_up_started") == 1
+    after = users.loop_state("alice")
+    assert after.spawn_count == count_before + 1

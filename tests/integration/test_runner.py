@@ -26,6 +26,7 @@ import pytest
 from steward import wiring
 from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
 from steward.domain.models import Task
+from steward.local.github_twin import admin
 from steward.local.launcher import LocalLauncher
 from steward.local.openai_server import OpenAIServer, chat_response
 from steward.local.sample_repo import SAMPLE_REPO
@@ -57,7 +58,18 @@ FIXED_TEST = {
     "input": {"path": "test_subtract.py", "old": "== 3", "new": "== 2"},
 }
 DONE = {"text": "The change is complete."}
+DOCSTRING = {
+    "tool": "replace_in_file",
+    "input": {
+        "path": "calculator.py",
+        "old": "    return a - b\n",
+        "new": '    """`a` minus `b`."""\n    return a - b\n',
+    },
+}
 PLAYS = [
+    # Follow-up rounds: a round's prompt holds its item's text too, so its plays come first.
+    {"match": "ROUND-docstring", "summary": "Documents subtract.", "steps": [DOCSTRING, DONE, VERIFY]},
+    {"match": "ROUND-breaks", "steps": [BROKEN_TEST, DONE, VERIFY, DONE], "loop_from": 2},
     {"match": "PLAY-success", "summary": "Adds subtract.", "steps": [SUBTRACT, DONE, VERIFY]},
     {
         "match": "PLAY-repaired",
@@ -593,3 +605,86 @@ def test_a_model_of_ones_own_is_charged_at_the_price_table_of_ones_own(
     turns = [e for e in harness(artifacts, task_id) if e["kind"] == "turn" and "cost_usd" in e]
     assert len(turns) == len(calls)
     assert {Decimal(str(turn["cost_usd"])) for turn in turns} == {per_call}
+
+
+# ---- follow-up rounds (README: "Follow-up rounds")
+
+
+def _round_of(alice: Alice, parent: str, number: int) -> str:
+    """The task of round `number` of `parent`, once the loop started it."""
+    started: list[str] = []
+
+    def found() -> bool:
+        started[:] = [
+            e["data"]["task_id"]
+            for e in events(alice, parent)
+            if e["type"] == "follow_up_started" and e["data"]["round"] == number
+        ]
+        return bool(started)
+
+    eventually(found)
+    return started[0]
+
+
+def _branch_head(stack: LocalStack, number: int) -> str:
+    pull = next(p for p in admin.pulls(stack.state["github_url"], SAMPLE_REPO) if p["number"] == number)
+    return str(pull["head"]["sha"])
+
+
+def test_a_review_requesting_changes_is_answered_by_a_round_on_the_same_pull_request(
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore
+) -> None:
+    (parent,) = start(alice, "round-review", "PLAY-success for a round")
+    first = settled(alice, parent)
+    number, head = first["pr_url"].rsplit("/", 1)[-1], first["head_sha"]
+    github = stack.state["github_url"]
+    admin.review(
+        github,
+        SAMPLE_REPO,
+        int(number),
+        state="changes_requested",
+        body="ROUND-docstring: please document `subtract`.",
+        comments=[{"path": "calculator.py", "line": 5, "body": "Say what it returns"}],
+    )
+    round_id = _round_of(alice, parent, 1)
+    answered = settled(alice, round_id)
+    assert answered["status"] == "answered", answered
+    assert (answered["parent"], answered["round"], answered["pr_url"]) == (parent, 1, first["pr_url"])
+    # One new commit on the same branch, a fast-forward of the head the review was on.
+    new_head = _branch_head(stack, int(number))
+    assert new_head != head
+    assert alice("GET", f"/v1/tasks/{parent}")["head_sha"] == new_head
+    mine = [p for p in admin.pulls(github, SAMPLE_REPO) if p["head"]["ref"] == first["branch"]]
+    assert [p["state"] for p in mine] == ["open"]
+    parent_now = alice("GET", f"/v1/tasks/{parent}")
+    assert (parent_now["status"], parent_now["rounds_used"]) == ("review", 1)
+    # The round's model was given the review (the play it ran matches the review's text
+    # only), and the round replied once.
+    edits = [
+        json.loads(c["input"]) for c in calls(harness(artifacts, round_id)) if c["tool"] == "replace_in_file"
+    ]
+    assert edits == [DOCSTRING["input"]]
+    replies = [c for c in admin.comments(github, SAMPLE_REPO, int(number)) if round_id in c["body"]]
+    assert len(replies) == 1
+    assert "Follow-up round 1 answers" in replies[0]["body"]
+    assert new_head[:12] in replies[0]["body"]
+    assert_no_credentials(artifacts, round_id)
+
+
+def test_a_round_whose_checks_fail_leaves_the_branch_and_the_pull_request_as_they_were(
+    stack: LocalStack, alice: Alice
+) -> None:
+    (parent,) = start(alice, "round-breaks", "PLAY-success for a failing round")
+    first = settled(alice, parent)
+    number = int(first["pr_url"].rsplit("/", 1)[-1])
+    admin.comment(stack.state["github_url"], SAMPLE_REPO, number, "@steward ROUND-breaks: rename the test")
+    round_id = _round_of(alice, parent, 1)
+    ended = settled(alice, round_id)
+    assert (ended["status"], ended["classification"]) == ("failed", "final"), ended
+    assert _branch_head(stack, number) == first["head_sha"]
+    parent_now = alice("GET", f"/v1/tasks/{parent}")
+    assert (parent_now["status"], parent_now["head_sha"], parent_now["pr_url"]) == (
+        "review",
+        first["head_sha"],
+        first["pr_url"],
+    )

@@ -1162,6 +1162,7 @@ def _follow_ups(world: World) -> list[dict[str, Any]]:
 
 def test_a_review_requesting_changes_is_recorded_once_with_its_round_key(world: World) -> None:
     task, number = _in_review(world)
+    watermark = world.watermark()
     review = delivery("pull_request_review", _review(world, number))
     assert world.deliver(review) == "applied"
     assert world.deliver(review) == "duplicate"  # GitHub's redelivery of that delivery
@@ -1181,6 +1182,9 @@ def test_a_review_requesting_changes_is_recorded_once_with_its_round_key(world: 
     assert data["body"] == "Please also handle negative numbers."
     assert world.current().status is TaskStatus.REVIEW  # the item stays in review
     assert world.current().event_seq == task.event_seq + 1  # one event, nothing else moved
+    # The ask waits for the loop's round, and woke the loop in the same transaction.
+    assert world.current().pending_asks == (data,)
+    assert world.watermark() == watermark + 1
 
 
 def test_a_mention_and_a_failing_check_on_the_same_head_are_rounds_of_their_own(world: World) -> None:

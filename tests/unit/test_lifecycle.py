@@ -92,6 +92,7 @@ ALLOWED = {
     (T.FAILED, T.CLOSED),
     (T.CLOSED, T.REVIEW),  # a person reopened its pull request (never a withdrawn task's)
     (T.CLOSED, T.MERGED),
+    (T.RUNNING, T.ANSWERED),  # a follow-up round's commit is on its pull request
 }
 
 

@@ -236,7 +236,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_APP_ID",
         "github_app_id",
-        {"runtime", "heartbeat"},
+        {"runtime", "heartbeat", "webhook"},
         required=True,
         parse=_optional_int,
         doc="the GitHub App's numeric id",
@@ -244,21 +244,21 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY_SECRET_ID",
         "github_private_key_secret_id",
-        {"runtime", "heartbeat"},
+        {"runtime", "heartbeat", "webhook"},
         required=True,
         doc="Secrets Manager secret holding the App's private key (PEM)",
     ),
     _setting(
         "STEWARD_GITHUB_PRIVATE_KEY",
         "github_private_key",
-        {"runtime", "heartbeat"},
+        {"runtime", "heartbeat", "webhook"},
         secret=True,
         doc="the App's private key itself (local stack; in AWS use the secret id)",
     ),
     _setting(
         "STEWARD_GITHUB_API_URL",
         "github_api_url",
-        {"runtime", "heartbeat"},
+        {"runtime", "heartbeat", "webhook"},
         doc="GitHub's REST API (unset: api.github.com; locally the twin)",
     ),
     _setting(

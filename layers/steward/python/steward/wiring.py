@@ -305,6 +305,8 @@ def webhook_receiver() -> WebhookReceiver:
         tasks=TaskStore(t),
         installations=InstallationStore(t),
         app_slug=s.github_app_slug,
+        # a conversation comment's pull request is read on GitHub (unset App: such comments are ignored)
+        pulls=loop_github if s.github_app_id is not None else None,
     )
 
 

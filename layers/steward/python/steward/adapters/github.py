@@ -251,6 +251,27 @@ class RepositoryClient:
 
         return self._call(f"list pull requests of {repo} for {branch}", call)
 
+    def pull_head(self, installation_id: int, repo: str, number: int) -> tuple[str, str] | None:
+        """(head branch, head SHA) of pull request `number` of `repo` when its head is a branch
+        of `repo` itself; None when there is no such pull request (an issue, say) or its head
+        is a fork's."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> tuple[str, str] | None:
+            pull = self._gh.rest.pulls.get(owner, name, number, headers=headers).parsed_data
+            head_repo = pull.head.repo
+            if head_repo is None or head_repo.full_name.lower() != repo.lower():
+                return None
+            return pull.head.ref, pull.head.sha
+
+        try:
+            return self._call(f"read pull request {number} of {repo}", call)
+        except GitHubError as exc:
+            if exc.upstream_status == 404:
+                return None
+            raise
+
     def branch_pull(self, installation_id: int, repo: str, number: int, branch: str) -> PullRef | None:
         """Pull request `number` of `repo` when its head is `branch` of `repo` itself; None
         when `repo` has no such pull request, or its head is another branch or a fork's."""

@@ -265,6 +265,83 @@ class TaskStore:
             raise Conflict("a concurrent write touched the same items; retry") from exc
         return task, True
 
+    def start_round(
+        self, parent: Task, round_task: Task, *, now: datetime, charge: SpawnCharge
+    ) -> tuple[Task, bool]:
+        """Spawn follow-up round `round_task.round` of `parent` for the ask it carries, in one
+        transaction: the round's task, the parent's `follow_up_started` event with the ask
+        taken from its waiting asks and its rounds counted, and one spawn of the day's cap.
+        Holds only while the parent is in review, the ask still waits first and the rounds
+        used are one fewer; SpawnRefused (nothing written) otherwise. Returns (round, created):
+        a replay finds the round."""
+        key = (round_task.trigger or {}).get("round_key")
+
+        def admit(current: Task) -> None:
+            if (
+                current.status is not TaskStatus.REVIEW
+                or not current.pending_asks
+                or current.pending_asks[0].get("round_key") != key
+                or current.rounds_used != round_task.round - 1
+            ):
+                raise SpawnRefused("the ask was answered, or the task left review", reason="plan")
+
+        put = {
+            "Put": {
+                "TableName": self._tables.name(TASKS),
+                "Item": task_to_item(round_task),
+                "ConditionExpression": "attribute_not_exists(task_id)",
+            }
+        }
+        try:
+            self.append_event(
+                parent,
+                "follow_up_started",
+                {"round_key": key, "round": round_task.round, "task_id": round_task.id},
+                now=now,
+                admit=admit,
+                sets=lambda current: {
+                    "pending_asks": [dict(a) for a in current.pending_asks[1:]],
+                    "rounds_used": round_task.round,
+                },
+                include=[put, {"Update": spawn_charge_update(self._tables, parent.user, charge, now=now)}],
+            )
+        except IncludedWriteRefused:
+            found = self.get(round_task.id)
+            if found is not None:
+                return found, False
+            raise SpawnRefused(
+                "the loop is paused or disabled, the daily spawn cap is reached, or the lease moved",
+                reason="loop",
+            ) from None
+        except SpawnRefused:
+            found = self.get(round_task.id)
+            if found is not None:
+                return found, False  # a replay: the round was spawned
+            raise
+        return round_task, True
+
+    def refuse_ask(self, parent: Task, key: str, reason: str, *, now: datetime) -> Task:
+        """The waiting ask `key` of `parent` starts no round: it leaves the waiting asks with a
+        `follow_up_refused` event (`reason`). A no-op when it waits no longer."""
+
+        def admit(current: Task) -> None:
+            if not any(a.get("round_key") == key for a in current.pending_asks):
+                raise _AlreadyClear
+
+        try:
+            return self.append_event(
+                parent,
+                "follow_up_refused",
+                {"round_key": key, "reason": reason},
+                now=now,
+                admit=admit,
+                sets=lambda current: {
+                    "pending_asks": [dict(a) for a in current.pending_asks if a.get("round_key") != key]
+                },
+            )
+        except _AlreadyClear:
+            return self.require(parent.id)
+
     def _retryable_condition(
         self, task_id: str, *, user: str | None = None, settled: bool = False
     ) -> dict[str, Any]:
@@ -457,6 +534,7 @@ class TaskStore:
         sets: Mapping[str, Any] | Callable[[Task], Mapping[str, Any]] | None = None,
         removes: Sequence[str] = (),
         include: Sequence[Mapping[str, Any]] = (),
+        wake: bool = False,
     ) -> Task:
         """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
         advance the watermark (README: "The loop"). `admit(current)` runs before every attempt,
@@ -465,7 +543,9 @@ class TaskStore:
         task still has it. `sets`: attributes of the task written with the event (or a
         function of the task as read for the attempt); `removes`: attributes it removes;
         `include`: writes of other stores in the same transaction (a webhook delivery's
-        mark): one whose condition fails raises IncludedWriteRefused and nothing is written."""
+        mark): one whose condition fails raises IncludedWriteRefused and nothing is written.
+        `wake`: the event asks the loop to act (a follow-up ask): it wakes the owner's loop as
+        a lifecycle event does, in the same transaction."""
         current = task
         for attempt in range(APPEND_ATTEMPTS):
             if attempt:
@@ -496,6 +576,8 @@ class TaskStore:
                 self._event_put(task, seq, event, dict(data), now),
                 *(dict(part) for part in include),
             ]
+            if wake:
+                actions.append({"Update": wake_update(self._tables, task.user)})
             try:
                 self._tables.client.transact_write_items(TransactItems=actions)
             except ClientError as exc:
@@ -608,8 +690,9 @@ class TaskStore:
 
     # ---- plan item projection
     def project_item(self, task: Task, *, now: datetime) -> bool:
-        """Copy a task's status onto its plan item (the plan store's write; see there)."""
-        return self._plans.project_item(task, now=now)
+        """Copy a task's status onto its plan item (the plan store's write; see there). A
+        follow-up round never does: its item is the task's it answers for."""
+        return False if task.is_round else self._plans.project_item(task, now=now)
 
     # ---- client actions
     def cancel(self, user: str, task_id: str, *, now: datetime, reason: str) -> Task:

@@ -9,7 +9,7 @@
   const USER_KEY = "steward.user";
   const PKCE_KEY = "steward.pkce";
   const RUN_STATUSES = new Set(["queued", "running"]);
-  const ENDED_TASK = new Set(["merged", "closed", "failed", "cancelled"]);
+  const ENDED_TASK = new Set(["merged", "closed", "failed", "cancelled", "answered"]);
   const RETRYABLE = new Set(["failed", "closed", "cancelled"]);
   const CANCELLABLE = new Set(["queued", "running", "review"]);
   const RETRY_PLANS = new Set(["confirmed", "in_progress", "completed"]); // where the API takes a retry

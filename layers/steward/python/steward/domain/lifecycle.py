@@ -152,6 +152,8 @@ TASK_SOURCES: dict[TaskStatus, frozenset[TaskStatus]] = {
     # a person's cancel, the plan's archive (the loop), a superseded revision (the confirm
     # or the loop), the reaper ending a local fixture's task at the end of its lifetime
     T.CANCELLED: frozenset({T.QUEUED, T.RUNNING}),
+    # a follow-up round's finish with its commit on its parent's pull request
+    T.ANSWERED: frozenset({T.RUNNING}),
 }
 TASK_TRANSITIONS: frozenset[tuple[TaskStatus, TaskStatus]] = frozenset(
     (source, target) for target, sources in TASK_SOURCES.items() for source in sources
@@ -217,6 +219,7 @@ ITEM_STATUS_OF: dict[TaskStatus, ItemStatus] = {
     T.CLOSED: I.CLOSED,
     T.FAILED: I.FAILED,
     T.CANCELLED: I.FAILED,
+    T.ANSWERED: I.REVIEW,  # never projected: a round leaves its item to the task it answers for
 }
 
 # The statuses of an item with a task (a retried one, pending, aside).

@@ -53,6 +53,9 @@ class TaskStatus(StrEnum):
     CLOSED = "closed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # A follow-up round whose commit is on its pull request (README: "Follow-up rounds"); the
+    # task it answered for stays in review.
+    ANSWERED = "answered"
 
 
 class PlanKind(StrEnum):
@@ -81,7 +84,7 @@ class Fault(StrEnum):
 
 TERMINAL_PLAN_STATUSES = frozenset({PlanStatus.COMPLETED, PlanStatus.ARCHIVED})
 TERMINAL_TASK_STATUSES = frozenset(
-    {TaskStatus.MERGED, TaskStatus.CLOSED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+    {TaskStatus.MERGED, TaskStatus.CLOSED, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.ANSWERED}
 )
 
 
@@ -251,6 +254,20 @@ class Task(BaseModel):
     # The follow-up rounds asked for on its pull request (`steward.domain.follow_ups`: one
     # key per pull request, head commit and trigger kind), each recorded once with its event.
     follow_up_keys: tuple[str, ...] = ()
+    # Of those, the ones no round has answered or refused yet (their records, oldest first),
+    # and how many rounds the task has started: what the loop's next round reads.
+    pending_asks: tuple[dict[str, Any], ...] = ()
+    rounds_used: int = 0
+    # A follow-up round (README: "Follow-up rounds"): the task in review whose pull request it
+    # answers on that task's branch, its number (1 to the plan's follow_ups), and the ask it
+    # answers as recorded (redacted, bounded). 0 and None: the item's own attempt.
+    parent: str | None = None
+    round: int = 0
+    trigger: dict[str, Any] | None = None
+
+    @property
+    def is_round(self) -> bool:
+        return self.parent is not None
 
     @property
     def terminal(self) -> bool:
@@ -275,6 +292,9 @@ class Task(BaseModel):
             "budget_usd": str(self.budget_usd),
             "pr_url": self.pr_url,
             "head_sha": self.head_sha,
+            "parent": self.parent,
+            "round": self.round,
+            "rounds_used": self.rounds_used,
             "pr_close_pending": self.pr_close_pending,
             "cost_usd": str(self.cost_usd),
             "over_reported_usd": str(self.over_reported_usd),

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from steward.domain.follow_ups import RoundContext, follow_ups_of, round_refusal
 from steward.domain.models import (
     ItemStatus,
     Plan,
@@ -104,7 +105,30 @@ class ClosePull:
     task_id: str
 
 
-Action = Spawn | Launch | Cancel | MarkInProgress | CompletePlan | RepairItem | ClosePull
+@dataclass(frozen=True)
+class StartRound:
+    """A follow-up round for the oldest ask waiting on a task in review (`round_key`): the
+    round's task spawns with the ask and the task records the round, in one transaction
+    that holds only while the ask still waits and the rounds used are still `round - 1`."""
+
+    task_id: str
+    round_key: str
+    round: int
+
+
+@dataclass(frozen=True)
+class RefuseAsk:
+    """The oldest ask waiting on a task in review starts no round (`reason`,
+    `steward.domain.follow_ups.RoundRefusal`): it leaves the waiting asks with an event."""
+
+    task_id: str
+    round_key: str
+    reason: str
+
+
+Action = (
+    Spawn | Launch | Cancel | MarkInProgress | CompletePlan | RepairItem | ClosePull | StartRound | RefuseAsk
+)
 
 
 @dataclass(frozen=True)
@@ -122,7 +146,8 @@ class Decision:
     # not take the no-progress shortcut.
     settles: bool = True
     live_work: bool = False  # the user belongs in the scheduler's liveness index
-    waiting: tuple[Spawn, ...] = field(default=())  # spawns held back by max_parallel or the cap
+    # spawns and rounds held back by max_parallel or the cap
+    waiting: tuple[Spawn | StartRound, ...] = field(default=())
 
 
 def next_spawn(item: PlanItem, max_attempts: int) -> Spawn | None:
@@ -170,6 +195,39 @@ def _max_attempts(plan: Plan) -> int:
     return int(plan.front_matter.get("max_attempts", 3))
 
 
+ROUND_ENDED = "its pull request is no longer in review"  # a round cancelled as its parent left review
+
+
+def next_round(task: Task, plan: Plan | None, live: Sequence[Task]) -> StartRound | RefuseAsk | None:
+    """What the oldest ask waiting on `task` (in review) gets now: its round, a refusal, or
+    nothing while a round of the task is live (the next ask waits for its answer) or while
+    the head Steward pushed is not known yet (a webhook moved the task to review before its
+    runtime's ending was recorded)."""
+    if task.status is not TaskStatus.REVIEW or not task.pending_asks:
+        return None
+    if any(t.parent == task.id and t.status in _RUNS for t in live):
+        return None
+    if task.head_sha is None:
+        return None  # its runtime's ending, which records the head Steward pushed, comes first
+    ask = task.pending_asks[0]
+    key = str(ask.get("round_key"))
+    item = plan.item(task.item_key) if plan is not None else None
+    refusal = round_refusal(
+        RoundContext(
+            task_in_review=True,
+            pull_open=True,  # a task in review has its pull request open, as far as Steward knows
+            head_is_stewards=ask.get("head_sha") == task.head_sha,
+            plan_archived=plan is None or plan.status is PlanStatus.ARCHIVED,
+            superseded=item is None or item.removed or item.revision > task.revision,
+            rounds_used=task.rounds_used,
+            follow_ups=follow_ups_of(plan.front_matter) if plan is not None else 0,
+        )
+    )
+    if refusal is not None:
+        return RefuseAsk(task.id, key, refusal)
+    return StartRound(task.id, key, task.rounds_used + 1)
+
+
 def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, policy: Policy) -> Decision:
     del now  # part of the contract; today's rules need no clock beyond the policy's cap
     closing = [ClosePull(t.id) for t in live_tasks if t.pr_close_pending]
@@ -186,7 +244,19 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     live_tasks = [t for t in live_tasks if t.kind is PlanKind.WORK and not t.terminal]
     closing_ids = {c.task_id for c in closing}
     live_by_id = {t.id: t for t in live_tasks}
-    candidates: list[Spawn] = []
+    # A round runs only while the task it answers for is in review (merged, closed or
+    # withdrawn meanwhile: nothing is left to answer).
+    actions += [
+        Cancel(t.id, ROUND_ENDED)
+        for t in live_tasks
+        if t.is_round
+        and t.status in _RUNS
+        and not (t.parent in live_by_id and live_by_id[t.parent].status is TaskStatus.REVIEW)
+    ]
+    plans_by_id = {p.id: p for p in plans}
+    rounds = [r for t in live_tasks if (r := next_round(t, plans_by_id.get(t.plan_id), live_tasks))]
+    actions += [r for r in rounds if isinstance(r, RefuseAsk)]
+    candidates: list[Spawn | StartRound] = [r for r in rounds if isinstance(r, StartRound)]
     # actions so far: the fixtures' cancels
     live_work = bool(live_tasks or closing) or fixture_in_review or bool(actions)
 

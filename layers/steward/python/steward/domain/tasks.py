@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from steward.domain.errors import LifecycleError
-from steward.domain.ids import branch_name, task_id
-from steward.domain.models import Plan, PlanItem, Task
+from steward.domain.ids import branch_name, round_task_id, task_id
+from steward.domain.models import Plan, PlanItem, Task, TaskStatus
 
 LAUNCH_GRACE = timedelta(minutes=5)
 
@@ -65,4 +66,53 @@ def task_for(
         deadline=now + launch_grace,
         max_attempts=int(front.get("max_attempts", 3)),
         kind=plan.kind,
+    )
+
+
+def round_for(
+    parent: Task,
+    plan: Plan,
+    ask: dict[str, Any],
+    *,
+    number: int,
+    now: datetime,
+    launch_grace: timedelta = LAUNCH_GRACE,
+) -> Task:
+    """Follow-up round `number` of `parent` (in review), answering `ask`: the parent's item,
+    revision, branch and pull request, the approved plan's model, budget, checks and setup,
+    and a budget of its own. Replayed, it builds the same task."""
+    front = plan.front_matter
+    return parent.model_copy(
+        update={
+            "id": round_task_id(parent.id, number),
+            "status": TaskStatus.QUEUED,
+            "classification": None,
+            "reason": None,
+            "model": str(front["model"]),
+            "budget_usd": Decimal(str(front["budget_usd"])),
+            "checks": tuple(str(c) for c in front.get("checks", ())),
+            "setup": tuple(str(c) for c in front.get("setup", ())),
+            "cost_usd": Decimal("0"),
+            "over_reported_usd": Decimal("0"),
+            "created_at": now,
+            "updated_at": now,
+            "last_seen": None,
+            "deadline": now + launch_grace,
+            "event_seq": 0,
+            "runtime_id": None,
+            "finished_by": None,
+            "launched_at": None,
+            "launch_ref": None,
+            "max_attempts": 1,
+            "github_observed_at": None,
+            "github_etag": None,
+            "pr_close_pending": False,
+            "withdrawn_by": None,
+            "follow_up_keys": (),
+            "pending_asks": (),
+            "rounds_used": 0,
+            "parent": parent.id,
+            "round": number,
+            "trigger": dict(ask),
+        }
     )

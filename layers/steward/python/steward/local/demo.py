@@ -4,16 +4,21 @@ Starts the stack, publishes the sample Task Document as alice, confirms it, and 
 reconciliation loop spawn one task per item and launch a local runtime for each. Each
 runtime clones the twin's sample repository, lets the scripted model (`scripted-coder`,
 playing data/playbook.json) edit it through the six tools, runs the plan's check under
-bubblewrap, and publishes a pull request; the demo merges each one on the twin as a
-reviewer would, the signed webhook moves the task to merged, and the plan completes. It
-prints a progress view while it runs and a final table (item, task, branch, PR, checks,
-cost), and exits 0 only if the plan completed with every item merged.
+bubblewrap, and publishes a pull request. The stand-in reviewer (`octo-reviewer` on the
+twin) first requests a change on the first item's pull request: the signed review reaches
+the receiver, the loop starts a follow-up round, and its runtime pushes a new commit to the
+same branch and replies on the pull request (README: "Follow-up rounds"). The reviewer then
+merges each pull request, the signed webhook moves the task to merged, and the plan
+completes. It prints a progress view while it runs and a final table (item, task, branch,
+PR, checks, cost), and exits 0 only if the plan completed with every item merged and the
+round answered.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,8 @@ from steward.local.stack import LocalStack
 
 DEMO_SLUG = "demo"
 TIMEOUT_SECONDS = 240
+REVIEWED_ITEM = 1  # the item whose pull request gets a review requesting a change
+REVIEW_ASK = "Please give `subtract` a docstring that says what it returns."
 
 
 def sample_document() -> str:
@@ -59,7 +66,7 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
             say("\nwatching the loop (one tick a second):")
             last = ""
             deadline = time.monotonic() + timeout
-            merged: set[str] = set()
+            reviewer = _Reviewer(stack, say)
             while plan["status"] != "completed" and time.monotonic() < deadline:
                 time.sleep(0.5)
                 plan = client.request("GET", f"/v1/plans/{DEMO_SLUG}")
@@ -67,15 +74,10 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
                 if line != last:
                     say(line)
                     last = line
-                for task in client.paged("/v1/tasks", "tasks", {"plan": DEMO_SLUG}):
-                    if task["status"] == "review" and task["pr_url"] and task["id"] not in merged:
-                        merged.add(task["id"])
-                        number = int(str(task["pr_url"]).rstrip("/").rsplit("/", 1)[1])
-                        say(f"  reviewer: merging {SAMPLE_REPO}#{number} (item #{task['ordinal']})")
-                        stack.twin.merge(SAMPLE_REPO, number)
+                reviewer.act(client.paged("/v1/tasks", "tasks", {"plan": DEMO_SLUG}))
             tasks = sorted(
                 client.paged("/v1/tasks", "tasks", {"plan": DEMO_SLUG}),
-                key=lambda t: (t["ordinal"], t["attempt"]),
+                key=lambda t: (t["ordinal"], t["attempt"], t["round"]),
             )
             rows = [_row(client, plan, task) for task in tasks]
             say(f"\n$ steward plan show {DEMO_SLUG}")
@@ -86,12 +88,47 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
             client.close()
     if as_json:
         print(json.dumps({"plan": plan, "tasks": tasks}, indent=2))
-    ok = plan["status"] == "completed" and all(i["status"] == "merged" for i in plan["items"])
+    answered = any(t["round"] and t["status"] == "answered" for t in tasks)
+    ok = answered and plan["status"] == "completed" and all(i["status"] == "merged" for i in plan["items"])
     if ok:
-        say("\ndemo: every item became a reviewed, merged pull request; the plan is completed")
+        say(
+            "\ndemo: every item became a reviewed, merged pull request (one after a follow-up round "
+            "answered its review); the plan is completed"
+        )
     else:
         say("\n" + failure_summary(plan, tasks, time.monotonic() - started, timeout, stack_logs(state_file)))
     return 0 if ok else 1
+
+
+class _Reviewer:
+    """The stand-in reviewer on the twin: requests a change on the first item's pull request
+    once, merges it after its follow-up round has ended, and merges every other one."""
+
+    def __init__(self, stack: LocalStack, say: Callable[[str], None]) -> None:
+        self.stack, self.say = stack, say
+        self.asked: set[str] = set()
+        self.merged: set[str] = set()
+
+    def act(self, tasks: list[dict[str, Any]]) -> None:
+        for task in tasks:
+            if task["round"] or task["status"] != "review" or not task["pr_url"] or task["id"] in self.merged:
+                continue
+            number = int(str(task["pr_url"]).rstrip("/").rsplit("/", 1)[1])
+            if task["ordinal"] == REVIEWED_ITEM and task["id"] not in self.asked:
+                self.asked.add(task["id"])
+                self.say(f"  reviewer: requesting a change on {SAMPLE_REPO}#{number}: {REVIEW_ASK}")
+                self.stack.twin.review(SAMPLE_REPO, number, body=REVIEW_ASK)
+                continue
+            if task["id"] in self.asked and not self._round_ended(task, tasks):
+                continue  # merged once its round has answered (or failed)
+            self.merged.add(task["id"])
+            self.say(f"  reviewer: merging {SAMPLE_REPO}#{number} (item #{task['ordinal']})")
+            self.stack.twin.merge(SAMPLE_REPO, number)
+
+    @staticmethod
+    def _round_ended(task: dict[str, Any], tasks: list[dict[str, Any]]) -> bool:
+        rounds = [t for t in tasks if t["parent"] == task["id"]]
+        return bool(rounds) and all(t["status"] not in ("queued", "running") for t in rounds)
 
 
 def failure_summary(
@@ -99,8 +136,9 @@ def failure_summary(
 ) -> str:
     """What failed and when: the time the demo took, whether it gave up waiting, and each
     item that was not merged with its latest task's status and reason."""
-    latest = {task["ordinal"]: task for task in tasks}  # sorted by (ordinal, attempt)
+    latest = {task["ordinal"]: task for task in tasks if not task["round"]}  # sorted by (ordinal, attempt)
     failed = [item for item in plan["items"] if item["status"] != "merged"]
+    rounds = [t for t in tasks if t["round"]]
     gave_up = f"gave up waiting for the plan ({timeout:.0f} s); " if plan["status"] != "completed" else ""
     lines = [
         f"demo: FAILED after {elapsed:.0f} s: {gave_up}{len(failed)} of {len(plan['items'])} items not merged, "
@@ -114,6 +152,12 @@ def failure_summary(
         how = task["status"] + (f" ({task['classification']})" if task.get("classification") else "")
         reason = f": {task['reason']}" if task.get("reason") else ""
         lines.append(f"  #{item['ordinal']} {item['status']}: task {task['id']} {how}{reason}")
+    reviewed = any(t["ordinal"] == REVIEWED_ITEM and t["pr_url"] and not t["round"] for t in tasks)
+    if reviewed and not any(t["status"] == "answered" for t in rounds):
+        ended = (
+            ", ".join(f"{t['id']} {t['status']}: {t.get('reason') or '-'}" for t in rounds) or "none started"
+        )
+        lines.append(f"  the review's follow-up round did not answer ({ended})")
     return "\n".join(lines)
 
 
@@ -122,7 +166,8 @@ def _row(client: ApiClient, plan: dict[str, Any], task: dict[str, Any]) -> tuple
     final = [e["data"] for e in events if e["type"] == "check" and e["data"].get("stage") == "final"]
     checks = f"{sum(1 for c in final if c.get('passed'))}/{len(final)} passed" if final else "-"
     pr = task["pr_url"] or "-"  # the twin serves the page: the link a reviewer would open
-    return (f"#{task['ordinal']}", task["id"], task["status"], task["branch"], pr, checks, task["cost_usd"])
+    item = f"#{task['ordinal']}" + (f" round {task['round']}" if task["round"] else "")
+    return (item, task["id"], task["status"], task["branch"], pr, checks, task["cost_usd"])
 
 
 def stack_logs(state_file: Path) -> Path:

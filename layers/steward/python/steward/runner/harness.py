@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from steward.adapters.runtime_api import RuntimeApiError
 from steward.domain.converse import is_valid_text, text_fields, valid_text
+from steward.domain.follow_ups import round_prompt
 from steward.domain.models import Task
 from steward.domain.phases import (
     VERIFY_TOOL,
@@ -150,7 +151,8 @@ def task_text(task: Task) -> str:
 
 
 def task_prompt(task: Task) -> str:
-    return f"{task_text(task)}\n\nStart by inspecting the repository."
+    asked = f"\n\n{round_prompt(task.trigger or {}, task.round)}" if task.is_round else ""
+    return f"{task_text(task)}{asked}\n\nStart by inspecting the repository."
 
 
 class Harness:

@@ -256,8 +256,10 @@ class Run:
 
     def _clone(self, issued: IssuedToken, clone: Path) -> dict[str, Any]:
         args = ["clone", "--quiet", "--no-tags"]
-        if self.task.base:
-            args += ["--branch", self.task.base]
+        # A follow-up round works on its pull request's branch, at the head it was asked on.
+        start = self.task.branch if self.task.is_round else self.task.base
+        if start:
+            args += ["--branch", start]
         run_git(
             [*args, "--", issued.clone_url, str(clone)],
             cwd=clone.parent,
@@ -268,6 +270,12 @@ class Run:
         head = run_git(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
         branch = run_git(["rev-parse", "--abbrev-ref", "HEAD"], cwd=clone).stdout.strip()
         self.records.bootstrap["clone"] = {"url": issued.clone_url, "base": branch, "head": head}
+        if self.task.is_round and head != self.task.head_sha:
+            raise StageFailed(
+                f"the pull request's head moved to {head[:12]} since the round was asked for "
+                f"on {str(self.task.head_sha)[:12]}: a person's push takes the branch over",
+                FINAL,
+            )
         return {"base": branch, "head": head}
 
     def _stage(self, name: str, action: Callable[[], Any], *, retryable: bool) -> Any:

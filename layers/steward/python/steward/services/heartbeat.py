@@ -45,11 +45,13 @@ from steward.domain.reconcile import (
     Launch,
     MarkInProgress,
     Policy,
+    RefuseAsk,
     RepairItem,
     Spawn,
+    StartRound,
     reconcile,
 )
-from steward.domain.tasks import SpawnCharge, SpawnRefused, task_for
+from steward.domain.tasks import SpawnCharge, SpawnRefused, round_for, task_for
 from steward.services.launching import launch_task
 from steward.services.resync import Resync, Sweep
 from steward.services.withdrawal import Withdrawals
@@ -125,7 +127,7 @@ class Heartbeat:
         policy = Policy(max_parallel=state.settings.max_parallel, spawns_left=state.spawns_left(day))
         decision = reconcile(plans, live, now, policy)
         # The brake is read only when there is a spawn to hold back (cached, at most 5 s stale).
-        if any(isinstance(action, Spawn) for action in decision.actions) and self.brake():
+        if any(isinstance(action, Spawn | StartRound) for action in decision.actions) and self.brake():
             logger.warning("spawns held by the operators' global brake", extra={"user": state.user})
             decision = reconcile(plans, live, now, replace(policy, spawning_stopped=True))
         sweep = self.resync.start() if self.resync is not None else None
@@ -210,6 +212,10 @@ class _Apply:
             found = beat.tasks.get(action.task_id)
             if found is not None:
                 beat.tasks.project_item(found, now=self.now)
+        elif isinstance(action, StartRound):
+            self._start_round(action)
+        elif isinstance(action, RefuseAsk):
+            beat.tasks.refuse_ask(self.live[action.task_id], action.round_key, action.reason, now=self.now)
         elif isinstance(action, ClosePull):
             if beat.withdrawals is None:
                 raise Conflict("no GitHub App is configured: a withdrawn pull request cannot be closed")
@@ -237,6 +243,44 @@ class _Apply:
         if old.status in (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.CANCELLED):
             self._cancel(old, SUPERSEDED)
 
+    def _charge(self) -> SpawnCharge:
+        """One spawn of the day's cap under this tick's lease: the first of the day resets the
+        counter, later ones of the same tick add to it."""
+        same_day = self.state.spawn_day == self.day or bool(self.spawned)
+        return SpawnCharge(self.day, self.state.settings.daily_spawn_cap, same_day, self.state.lease_epoch)
+
+    def _charged(self, spawn: Callable[[SpawnCharge], tuple[Task, bool]]) -> None:
+        """Run one spawn with its charge, then launch what it created."""
+        if self.spawn_blocked:
+            raise Conflict("an earlier spawn of this tick was refused by the loop state")
+        try:
+            created, is_new = spawn(self._charge())
+        except SpawnRefused as exc:
+            if exc.reason == "loop":
+                self.spawn_blocked = True
+            raise
+        if is_new:
+            self.spawned.append(created.id)
+        if created.status is TaskStatus.QUEUED and created.launched_at is None:
+            launch_task(
+                created,
+                launcher=self.beat.launcher,
+                tickets=self.beat.tickets,
+                tasks=self.beat.tasks,
+                now=self.now,
+            )
+
+    def _start_round(self, action: StartRound) -> None:
+        parent = self.live[action.task_id]
+        plan = next((p for p in self.plans.values() if p.id == parent.plan_id), None)
+        ask = next((a for a in parent.pending_asks if a.get("round_key") == action.round_key), None)
+        if plan is None or ask is None:
+            return
+        round_task = round_for(parent, plan, ask, number=action.round, now=self.now)
+        self._charged(
+            lambda charge: self.beat.tasks.start_round(parent, round_task, now=self.now, charge=charge)
+        )
+
     def _spawn(self, action: Spawn) -> None:
         if self.spawn_blocked:
             raise Conflict("an earlier spawn of this tick was refused by the loop state")
@@ -256,33 +300,11 @@ class _Apply:
             if revived:
                 return
         task = task_for(plan, item, attempt=action.attempt, now=self.now)
-        charge = SpawnCharge(
-            day=self.day,
-            cap=self.state.settings.daily_spawn_cap,
-            same_day=self.state.spawn_day == self.day,
-            lease_epoch=self.state.lease_epoch,
-        )
-        if self.spawned and charge.same_day is False:
-            # the first spawn of the day reset the counter; later ones add to it
-            charge = SpawnCharge(self.day, charge.cap, True, charge.lease_epoch)
-        try:
-            created, is_new = self.beat.tasks.spawn(
+        self._charged(
+            lambda charge: self.beat.tasks.spawn(
                 task, previous_task_id=action.previous_task_id, now=self.now, charge=charge
             )
-        except SpawnRefused as exc:
-            if exc.reason == "loop":
-                self.spawn_blocked = True
-            raise
-        if is_new:
-            self.spawned.append(created.id)
-        if created.status is TaskStatus.QUEUED and created.launched_at is None:
-            launch_task(
-                created,
-                launcher=self.beat.launcher,
-                tickets=self.beat.tickets,
-                tasks=self.beat.tasks,
-                now=self.now,
-            )
+        )
 
 
 def _earliest(*moments: datetime | None) -> datetime | None:

@@ -5,8 +5,9 @@ it ends: `stage` (git add -A, nested repositories left out), `record` (staged fi
 `diff.patch`, `git-status.txt`), `scan` (what would be pushed, before anything is
 committed), `commit` (as the Steward bot, with a `Steward-Task: <task id>` trailer),
 `resolve` (the SHA), `recheck_push` (the task is running, or in review), `push`,
-`recheck_pull_request`, `pull_request`. A status is `ok`, `skipped` (already done by an
-earlier attempt), `refused` (a rule stopped publication: `PublishError`) or `failed` (an
+`recheck_pull_request`, `pull_request`, and for a follow-up round `reply` (its one comment on
+the pull request; it pushes to its parent's branch, and the pull request stage finds that
+branch's pull request). A status is `ok`, `skipped` (already done by an earlier attempt), `refused` (a rule stopped publication: `PublishError`) or `failed` (an
 error; the exception is raised after it is recorded).
 
 The tree is untrusted (the model wrote it, the checks ran in it; `steward.adapters.git`):
@@ -102,6 +103,7 @@ STAGES = (
     "recheck_pull_request",
     "pull_request",
 )
+ROUND_STAGES = (*STAGES, "reply")  # a follow-up round's: its one comment on the pull request
 TASK_TRAILER = "Steward-Task"
 ARTIFACTS_DIR = "artifacts"
 MAX_DIFF_BYTES = 2 * 1024 * 1024
@@ -298,6 +300,10 @@ class Publisher:
         pull = stage(
             "pull_request", lambda: self._pull_request(run, installation_id, summary, checks, cost_usd)
         )
+        if run.task.is_round:
+            number = int(pull["number"])
+            body = round_reply(run.task, sha, run.redactor.redact(summary), checks, cost_usd)
+            stage("reply", lambda: self._reply(run, installation_id, number, body))
         return PublishResult(str(pull["url"]), int(pull["number"]), sha, dict(run.stages))
 
     # ---- recording
@@ -487,9 +493,10 @@ class Publisher:
 
     def _push(self, run: _Run, sha: str) -> tuple[str, dict[str, Any]]:
         branch = run.task.branch
-        if branch != branch_name(run.task.id):  # only ever a branch Steward owns
+        owned = branch_name(run.task.parent or run.task.id)  # a round pushes to its parent's branch
+        if branch != owned:  # only ever a branch Steward owns
             raise PublishError(
-                f"the task's branch {branch!r} is not its Steward branch {branch_name(run.task.id)!r}",
+                f"the task's branch {branch!r} is not its Steward branch {owned!r}",
                 stage="push",
                 reason="branch",
             )
@@ -550,6 +557,17 @@ class Publisher:
             body=run.redactor.redact(pull_request_body(task, run.redactor.redact(summary), checks, cost_usd)),
         )
         return "ok", {**_pull_detail(pull), "action": "opened", "base": base}
+
+    def _reply(self, run: _Run, installation_id: int, number: int, body: str) -> tuple[str, dict[str, Any]]:
+        """A round's one comment on its pull request (a hidden marker names the round, so a
+        publication run again finds it instead of commenting twice)."""
+        task = run.task
+        marker = round_marker(task.id)
+        found = self.github.find_comment(installation_id, task.repo, number, marker)
+        if found is not None:
+            return "skipped", {"comment_id": found, "reason": "already replied"}
+        comment = self.github.comment(installation_id, task.repo, number, run.redactor.redact(body))
+        return "ok", {"comment_id": comment}
 
     # ---- git helpers
 
@@ -731,8 +749,13 @@ def pull_request_body(
         f"**Model cost:** ${cost_usd:.4f}",
         "",
         "---",
-        f"Opened by Steward for task `{task.id}` (plan `{task.plan_slug}`, item {task.ordinal}, "
-        f"attempt {task.attempt}).",
+        (
+            f"Follow-up round {task.round} of task `{task.parent}` (plan `{task.plan_slug}`, "
+            f"item {task.ordinal}), as task `{task.id}`."
+            if task.is_round
+            else f"Opened by Steward for task `{task.id}` (plan `{task.plan_slug}`, item {task.ordinal}, "
+            f"attempt {task.attempt})."
+        ),
     ]
     tail = "\n".join(lines)
     room = MAX_BODY_CHARS - len(tail) - 64
@@ -740,3 +763,33 @@ def pull_request_body(
     if len(text) > room:
         text = text[: max(room, 0)] + "\n\n[summary truncated]"
     return f"{text}\n\n{tail}\n"
+
+
+def round_marker(task_id: str) -> str:
+    return f"<!-- steward-round: {task_id} -->"
+
+
+_ASKED_BY = {
+    "review": "the review requesting changes",
+    "mention": "the comment",
+    "check": "the failing check",
+    "conflict": "the conflict with the base branch",
+}
+
+
+def round_reply(
+    task: Task, sha: str, summary: str, checks: Sequence[Mapping[str, Any]], cost_usd: Decimal
+) -> str:
+    """A follow-up round's comment on its pull request: what it answers, its commit, what it
+    did (the run's summary), the checks table and the cost."""
+    trigger = task.trigger or {}
+    asked = _ASKED_BY.get(str(trigger.get("kind")), "the request")
+    if trigger.get("url"):
+        asked = f"[{asked}]({trigger['url']})"
+    if trigger.get("author"):
+        asked += f" by @{trigger['author']}"
+    if trigger.get("kind") == "check" and trigger.get("check_name"):
+        asked += f" ({_cell(str(trigger['check_name']))})"
+    body = pull_request_body(task, summary, checks, cost_usd)
+    head = f"Follow-up round {task.round} answers {asked} with commit {sha[:12]}.\n\n"
+    return f"{round_marker(task.id)}\n{head}{body}"

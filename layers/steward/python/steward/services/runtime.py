@@ -217,6 +217,8 @@ class RuntimeService:
         finished: dict[str, Any] = {"finished_by": ending.runtime_id}
         if pull is not None and pull.head_sha:
             finished["head_sha"] = pull.head_sha  # GitHub's, when this runtime's push is the head
+        if task.is_round and pull is not None:
+            return self._answered(task, data, pull, finished=finished, now=now)
         if target is TaskStatus.REVIEW and task.status in AFTER_PULL_REQUEST:
             # Moved on meanwhile (a status with no more records): the ending stays unrecorded.
             with contextlib.suppress(LifecycleError):
@@ -227,6 +229,7 @@ class RuntimeService:
                     now=now,
                     admit=lambda current: self._recording(current, ending.runtime_id),
                     sets=finished,
+                    wake=True,  # the head it records is what a waiting follow-up ask needs
                 )
             return {"status": task.status.value, "changed": False}
         if task.status is not TaskStatus.RUNNING:
@@ -248,6 +251,50 @@ class RuntimeService:
         except LifecycleError:  # moved meanwhile to where this ending cannot follow
             return {"status": self.tasks.require(task.id).status.value, "changed": False}
         self.tasks.project_item(done, now=now)
+        return {"status": done.status.value, "changed": changed}
+
+    def _answered(
+        self,
+        task: Task,
+        data: dict[str, Any],
+        pull: PullRef,
+        *,
+        finished: dict[str, Any],
+        now: datetime,
+    ) -> dict[str, Any]:
+        """A follow-up round's commit is on its pull request: the task it answers for records the
+        pull request's head as GitHub names it (the commit later asks are about), then the round
+        ends `answered`. In that order: a round whose ending is lost is reaped, while its commit
+        is already what its parent knows as Steward's head."""
+        if task.status is not TaskStatus.RUNNING:
+            return {"status": task.status.value, "changed": False}
+        parent = self.tasks.get(task.parent or "")
+        if parent is not None and pull.head_sha:
+
+            def admit(current: Task) -> None:
+                if current.status is not TaskStatus.REVIEW or current.head_sha == pull.head_sha:
+                    raise LifecycleError("the task left review, or knows this head already", field="status")
+
+            with contextlib.suppress(LifecycleError):
+                self.tasks.append_event(
+                    parent,
+                    "follow_up_answered",
+                    {"task_id": task.id, "round": task.round, "head_sha": pull.head_sha},
+                    now=now,
+                    admit=admit,
+                    sets={"head_sha": pull.head_sha},
+                )
+        try:
+            done, changed = self.tasks.transition(
+                task,
+                TaskStatus.ANSWERED,
+                now=now,
+                event="finished",
+                data=data,
+                extra=finished | {"pr_url": data["pr_url"], "pr_number": data["pr_number"]},
+            )
+        except LifecycleError:
+            return {"status": self.tasks.require(task.id).status.value, "changed": False}
         return {"status": done.status.value, "changed": changed}
 
     def artifact_upload(self, capability: Capability, name: str, call: ArtifactCall) -> dict[str, Any]:

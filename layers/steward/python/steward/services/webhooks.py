@@ -59,8 +59,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from steward.adapters.delivery_store import DeliveryStore
 from steward.adapters.dynamo import IncludedWriteRefused
@@ -69,6 +70,7 @@ from steward.adapters.task_store import TaskStore
 from steward.domain.errors import BadRequest, LifecycleError, Unauthorized
 from steward.domain.follow_ups import (
     MAX_FOLLOW_UP_KEYS,
+    MAX_PENDING_ASKS,
     TRIGGER_EVENTS,
     Trigger,
     ask_problem,
@@ -102,6 +104,10 @@ from steward.domain.webhooks import (
 from steward.services.installations import sync_installation
 
 
+class PullHeads(Protocol):
+    def pull_head(self, installation_id: int, repo: str, number: int) -> tuple[str, str] | None: ...
+
+
 class _NotAsked(Exception):
     """A follow-up ask that the task, as the write reads it, does not take."""
 
@@ -123,11 +129,13 @@ class WebhookReceiver:
         clock: Callable[[], datetime] = utcnow,
         ttl_days: int = 14,
         app_slug: str = "steward",
+        pulls: Callable[[], PullHeads] | None = None,
     ) -> None:
         self.secret = secret
         self.deliveries = deliveries
         self.tasks = tasks
         self.installations = installations
+        self.pulls = pulls  # a conversation comment's pull request head, from GitHub
         self.clock = clock
         self.ttl_days = ttl_days
         self.app_slug = app_slug
@@ -262,6 +270,16 @@ class WebhookReceiver:
         trigger = trigger_of(event_name, payload, app_slug=self.app_slug)
         if trigger is None:
             return self._ignored("asks for no follow-up", context)
+        if trigger.head_ref is None and not trigger.branches and trigger.pull_number is not None:
+            # A conversation comment names only its pull request's number: GitHub names its head.
+            if self.pulls is None or trigger.installation_id is None:
+                return self._ignored(
+                    "a comment's pull request is read with the GitHub App, unset here", context
+                )
+            head = self.pulls().pull_head(trigger.installation_id, trigger.repository, trigger.pull_number)
+            if head is None:
+                return self._ignored("its pull request's head is not a branch of the repository", context)
+            trigger = replace(trigger, head_ref=head[0], head_sha=head[1])
         branch = trigger_branch(trigger)
         if branch is None:
             return self._ignored("names no Steward branch", context)
@@ -299,6 +317,10 @@ class WebhookReceiver:
                 raise _NotAsked("this follow-up was asked for already")
             if refused is None and len(current.follow_up_keys) >= MAX_FOLLOW_UP_KEYS:
                 raise _NotAsked(f"the task holds {MAX_FOLLOW_UP_KEYS} follow-up asks already")
+            if refused is None and len(current.pending_asks) >= MAX_PENDING_ASKS:
+                raise _NotAsked(
+                    f"{MAX_PENDING_ASKS} follow-up asks of the task wait for their rounds already"
+                )
 
         from steward.domain.redaction import Redactor  # noqa: PLC0415 - only a trigger on a task in review pays for it
 
@@ -321,8 +343,12 @@ class WebhookReceiver:
                     data | {"round_key": key},
                     now=now,
                     admit=admit,
-                    sets=lambda current: {"follow_up_keys": [*current.follow_up_keys, key]},
+                    sets=lambda current: {
+                        "follow_up_keys": [*current.follow_up_keys, key],
+                        "pending_asks": [*current.pending_asks, data | {"round_key": key}],
+                    },
                     include=[mark],
+                    wake=True,  # the loop starts the round
                 )
         except _NotAsked as exc:
             return WebhookOutcome("unchanged", str(exc))

@@ -1,0 +1,170 @@
+"""Follow-up rounds in the loop's pure parts (README: "Follow-up rounds"): which ask gets a
+round and when, what a round's task is, what its model is told and what it replies."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from steward.domain.follow_ups import round_prompt
+from steward.domain.models import ItemStatus, Plan, PlanStatus, Task, TaskStatus
+from steward.domain.reconcile import ROUND_ENDED, Cancel, Policy, RefuseAsk, StartRound, reconcile
+from steward.domain.tasks import round_for
+from steward.runner.harness import task_prompt
+from steward.services.publication import round_marker, round_reply
+
+from tests.unit.test_reconcile import NOW, OPEN, make_plan, running, with_item
+
+HEAD = "a" * 40
+
+
+def ask(key: str = f"7:{HEAD}:review", head: str = HEAD, **more: Any) -> dict[str, Any]:
+    return {"kind": "review", "round_key": key, "head_sha": head, "author": "octo-reviewer", **more}
+
+
+def in_review(
+    *asks: dict[str, Any], follow_ups: int | None = None, rounds_used: int = 0
+) -> tuple[Plan, Task]:
+    plan, task = running(make_plan("A"), 1)
+    if follow_ups is not None:
+        plan = plan.model_copy(update={"front_matter": {**plan.front_matter, "follow_ups": follow_ups}})
+    plan = with_item(plan, 1, status=ItemStatus.REVIEW)
+    task = task.model_copy(
+        update={
+            "status": TaskStatus.REVIEW,
+            "pr_number": 7,
+            "head_sha": HEAD,
+            "pending_asks": asks,
+            "rounds_used": rounds_used,
+        }
+    )
+    return plan, task
+
+
+def rounds(actions: tuple[object, ...]) -> list[object]:
+    return [a for a in actions if isinstance(a, StartRound | RefuseAsk)]
+
+
+def test_the_oldest_waiting_ask_starts_the_next_round() -> None:
+    plan, task = in_review(ask(), ask(f"7:{HEAD}:check"), rounds_used=1, follow_ups=3)
+    decision = reconcile([plan], [task], NOW, OPEN)
+    assert rounds(decision.actions) == [StartRound(task.id, f"7:{HEAD}:review", 2)]
+    assert decision.live_work
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"follow_ups": 0}, "follow_ups_off"),
+        ({"rounds_used": 2}, "rounds_used_up"),  # the default allows 2
+        ({"head": "b" * 40}, "head_not_stewards"),  # a person pushed: the ask is on their commit
+        ({"archived": True}, "plan_archived"),
+        ({"edited": True}, "superseded"),
+    ],
+)
+def test_an_ask_the_approval_does_not_allow_is_refused_with_its_reason(
+    change: dict[str, Any], reason: str
+) -> None:
+    plan, task = in_review(
+        ask(head=change.get("head", HEAD)),
+        follow_ups=change.get("follow_ups"),
+        rounds_used=change.get("rounds_used", 0),
+    )
+    if change.get("archived"):
+        plan = plan.model_copy(update={"status": PlanStatus.ARCHIVED})
+    if change.get("edited"):
+        plan = with_item(plan, 1, revision=2)
+    decision = reconcile([plan], [task], NOW, OPEN)
+    assert rounds(decision.actions) == [RefuseAsk(task.id, f"7:{HEAD}:review", reason)]
+
+
+def test_one_round_at_a_time_and_a_round_ends_when_its_pull_request_leaves_review() -> None:
+    plan, task = in_review(ask(f"7:{HEAD}:check"))
+    live_round = round_for(task, plan, ask(), number=1, now=NOW).model_copy(
+        update={"status": TaskStatus.RUNNING}
+    )
+    # the next ask waits while a round of the task runs
+    assert rounds(reconcile([plan], [task, live_round], NOW, OPEN).actions) == []
+    # merged (the parent is no longer live): the round is cancelled, no new one starts
+    decision = reconcile([plan], [live_round], NOW, OPEN)
+    assert Cancel(live_round.id, ROUND_ENDED) in decision.actions
+    assert rounds(decision.actions) == []
+
+
+def test_rounds_take_parallel_slots_and_the_daily_cap_like_spawns() -> None:
+    plan, task = in_review(ask())
+    held = reconcile([plan], [task], NOW, Policy(max_parallel=1, spawns_left=0))
+    assert rounds(held.actions) == []
+    assert held.waiting == (StartRound(task.id, f"7:{HEAD}:review", 1),)
+    assert held.blocked_by_cap
+
+
+def test_a_round_is_its_parents_item_branch_and_pull_request_with_a_budget_of_its_own() -> None:
+    plan, task = in_review(ask())
+    spent = task.model_copy(update={"cost_usd": Decimal("0.40"), "follow_up_keys": ("k",)})
+    one = round_for(spent, plan, ask(), number=1, now=NOW)
+    assert one == round_for(spent, plan, ask(), number=1, now=NOW)  # a replay builds the same task
+    assert one.id != task.id
+    assert one.id != round_for(spent, plan, ask(), number=2, now=NOW).id
+    assert (one.parent, one.round, one.status, one.branch, one.pr_number, one.head_sha) == (
+        task.id,
+        1,
+        TaskStatus.QUEUED,
+        task.branch,
+        7,
+        HEAD,
+    )
+    assert (one.cost_usd, one.budget_usd, one.follow_up_keys, one.trigger) == (
+        Decimal("0"),
+        task.budget_usd,
+        (),
+        ask(),
+    )
+
+
+def test_a_rounds_model_is_given_the_ask_fenced_as_data_with_its_inline_comments_and_check_output() -> None:
+    review = ask(
+        body="Please handle negative numbers.",
+        comments=[{"path": "calculator.py", "line": 5, "diff_hunk": "@@ -1 +1 @@", "body": "Here too"}],
+    )
+    text = round_prompt(review, 2)
+    assert text.startswith("Follow-up round 2")
+    fenced = text.split("<<<ASK\n", 1)[1].split("\nASK>>>", 1)[0]
+    assert "by @octo-reviewer" in fenced
+    for part in ("Please handle negative numbers.", "calculator.py:5", "@@ -1 +1 @@", "Here too"):
+        assert part in fenced
+    check = round_prompt(
+        {"kind": "check", "check_name": "ci/test", "conclusion": "failure", "output": "1 failed"}, 1
+    )
+    assert "Check: ci/test (failure)" in check
+    assert "1 failed" in check
+    plan, task = in_review(review)
+    prompt = task_prompt(round_for(task, plan, review, number=1, now=NOW))
+    assert prompt.startswith(f"Task: {task.title}")
+    assert "Please handle negative numbers." in prompt
+    assert "Please handle" not in task_prompt(task)
+
+
+def test_a_rounds_reply_names_the_ask_its_commit_and_carries_its_marker() -> None:
+    plan, task = in_review(ask())
+    one = round_for(
+        task, plan, ask(url="https://github.com/o/r/pull/7#pullrequestreview-1"), number=1, now=NOW
+    )
+    body = round_reply(one, "c" * 40, "Documented it.", [], Decimal("0.0123"))
+    assert body.startswith(round_marker(one.id))
+    assert "Follow-up round 1 answers [the review requesting changes](https://github.com/o/r/pull/7#" in body
+    assert "by @octo-reviewer" in body
+    assert "c" * 12 in body
+    assert "Documented it." in body
+    assert f"Follow-up round 1 of task `{task.id}`" in body
+
+
+def test_an_ask_waits_while_the_head_steward_pushed_is_not_known_yet() -> None:
+    # A webhook moved the task to review before its runtime's ending recorded the head.
+    plan, task = in_review(ask())
+    unknown = task.model_copy(update={"head_sha": None})
+    assert rounds(reconcile([plan], [unknown], NOW, OPEN).actions) == []
+    assert rounds(reconcile([plan], [task], NOW, OPEN).actions) == [
+        StartRound(task.id, f"7:{HEAD}:review", 1)
+    ]
