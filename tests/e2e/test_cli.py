@@ -994,10 +994,22 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
     assert (tmp_path / "stack.lock").read_text().strip() == str(holder.pid)
     result = run(tmp_path / "demo.json", "demo")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "every item became a reviewed, merged pull request; the plan is completed" in result.stdout
-    assert result.stdout.count("1/1 passed") == 3  # each item's required check, on its final tree
+    assert "every item became a reviewed, merged pull request (one after a follow-up round" in result.stdout
+    # The first item's review was answered by a round on the same pull request before its merge.
+    assert "reviewer: requesting a change on steward-demo/calculator#" in result.stdout
+    assert re.search(
+        r"follow-up round answered the review with commit [0-9a-f]{12}, [\d.]+ s after", result.stdout
+    )
+    assert result.stdout.count("1/1 passed") == 4  # each task's required check, on its final tree
     rows = [line for line in result.stdout.splitlines() if re.match(r"#\d\s", line)]
-    assert [row.split()[0] for row in rows] == ["#1", "#2", "#3"]  # in the plan's order
+    assert [row.split()[:2] for row in rows] == [  # in the plan's order, the round after its item
+        ["#1", rows[0].split()[1]],
+        ["#1", "round"],
+        ["#2", rows[2].split()[1]],
+        ["#3", rows[3].split()[1]],
+    ]
+    assert rows[1].split()[4] == "answered"
+    assert rows[1].split()[5:7] == rows[0].split()[3:5]  # the round's branch and pull request are its item's
     for row in rows:  # each links the pull request page the twin serves (its html_url)
         assert re.search(r"http://127\.0\.0\.1:\d+/steward-demo/calculator/pull/\d+", row), row
     assert not (tmp_path / "demo.json").exists()

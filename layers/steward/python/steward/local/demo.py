@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
             say("\nwatching the loop (one tick a second):")
             last = ""
             deadline = time.monotonic() + timeout
-            reviewer = _Reviewer(stack, say)
+            reviewer = _Reviewer(stack, client, say)
             while plan["status"] != "completed" and time.monotonic() < deadline:
                 time.sleep(0.5)
                 plan = client.request("GET", f"/v1/plans/{DEMO_SLUG}")
@@ -104,8 +105,8 @@ class _Reviewer:
     """The stand-in reviewer on the twin: requests a change on the first item's pull request
     once, merges it after its follow-up round has ended, and merges every other one."""
 
-    def __init__(self, stack: LocalStack, say: Callable[[str], None]) -> None:
-        self.stack, self.say = stack, say
+    def __init__(self, stack: LocalStack, client: ApiClient, say: Callable[[str], None]) -> None:
+        self.stack, self.client, self.say = stack, client, say
         self.asked: set[str] = set()
         self.merged: set[str] = set()
 
@@ -119,11 +120,27 @@ class _Reviewer:
                 self.say(f"  reviewer: requesting a change on {SAMPLE_REPO}#{number}: {REVIEW_ASK}")
                 self.stack.twin.review(SAMPLE_REPO, number, body=REVIEW_ASK)
                 continue
-            if task["id"] in self.asked and not self._round_ended(task, tasks):
-                continue  # merged once its round has answered (or failed)
+            if task["id"] in self.asked:
+                if not self._round_ended(task, tasks):
+                    continue  # merged once its round has answered (or failed)
+                self.say(f"  steward: {self._answer(task['id'])}")
             self.merged.add(task["id"])
             self.say(f"  reviewer: merging {SAMPLE_REPO}#{number} (item #{task['ordinal']})")
             self.stack.twin.merge(SAMPLE_REPO, number)
+
+    def _answer(self, task_id: str) -> str:
+        """How the round answered, timed from the review's delivery (its ask recorded) to the
+        round's commit on the pull request (recorded on the task)."""
+        events = self.client.request("GET", f"/v1/tasks/{task_id}/events")["events"]
+        asked = next((e for e in events if e["type"] == "follow_up_asked"), None)
+        answered = next((e for e in events if e["type"] == "follow_up_answered"), None)
+        if asked is None or answered is None:
+            return "the follow-up round ended without a commit"
+        seconds = (
+            datetime.fromisoformat(answered["at"]) - datetime.fromisoformat(asked["at"])
+        ).total_seconds()
+        head = str(answered["data"]["head_sha"])[:12]
+        return f"follow-up round answered the review with commit {head}, {seconds:.1f} s after its delivery"
 
     @staticmethod
     def _round_ended(task: dict[str, Any], tasks: list[dict[str, Any]]) -> bool:
