@@ -658,6 +658,7 @@ def test_a_review_requesting_changes_is_answered_by_a_round_on_the_same_pull_req
     assert [p["state"] for p in mine] == ["open"]
     parent_now = alice("GET", f"/v1/tasks/{parent}")
     assert (parent_now["status"], parent_now["rounds_used"]) == ("review", 1)
+    assert alice("GET", "/v1/plans/round-review")["items"][0]["rounds"] == {"used": 1, "allowed": 2}
     # The round's model was given the review (the play it ran matches the review's text
     # only), and the round replied once.
     edits = [

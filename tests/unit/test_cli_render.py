@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from steward.cli import main
-from steward.cli_render import render_plan, render_plans, waiting_text
+from steward.cli_render import render_plan, render_plans, render_task, waiting_text
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -124,6 +124,17 @@ def test_an_edited_items_earlier_revision_in_review_is_shown_with_its_pull_reque
         "(open until merged or closed)"
     ) in shown.splitlines()
     assert "still in review" not in render_plan(plan(item(1, "Edited", earlier_reviews=[])))
+
+
+def test_plan_show_and_task_show_say_the_follow_up_rounds_used_of_allowed() -> None:
+    in_review = item(1, "One", status="review", task_id="t" + "1" * 24, rounds={"used": 1, "allowed": 2})
+    merged = item(2, "Two", status="merged", rounds=None)
+    assert "follow-up rounds:\n  #1: 1 of 2 used" in render_plan(plan(in_review, merged))
+    assert "follow-up rounds" not in render_plan(plan(merged))
+    task = {"id": "t" + "1" * 24, "status": "review", "rounds_used": 1, "follow_ups": 2, "round": 0}
+    assert "rounds:         1 of 2 follow-up rounds used" in render_task(task).splitlines()
+    one = {"id": "t" + "2" * 24, "status": "answered", "parent": task["id"], "round": 1, "follow_ups": 0}
+    assert f"round:          follow-up round 1 of task {task['id']}" in render_task(one).splitlines()
 
 
 def test_plan_list_without_plans_says_how_to_publish_one() -> None:

@@ -26,9 +26,10 @@ def ask(key: str = f"7:{HEAD}:review", head: str = HEAD, **more: Any) -> dict[st
 def in_review(
     *asks: dict[str, Any], follow_ups: int | None = None, rounds_used: int = 0
 ) -> tuple[Plan, Task]:
-    plan, task = running(make_plan("A"), 1)
-    if follow_ups is not None:
+    plan = make_plan("A")
+    if follow_ups is not None:  # approved with the plan, copied onto its task at spawn
         plan = plan.model_copy(update={"front_matter": {**plan.front_matter, "follow_ups": follow_ups}})
+    plan, task = running(plan, 1)
     plan = with_item(plan, 1, status=ItemStatus.REVIEW)
     task = task.model_copy(
         update={
@@ -167,4 +168,19 @@ def test_an_ask_waits_while_the_head_steward_pushed_is_not_known_yet() -> None:
     assert rounds(reconcile([plan], [unknown], NOW, OPEN).actions) == []
     assert rounds(reconcile([plan], [task], NOW, OPEN).actions) == [
         StartRound(task.id, f"7:{HEAD}:review", 1)
+    ]
+
+
+def test_the_rounds_allowed_are_the_tasks_approval_or_for_an_older_task_its_plans() -> None:
+    plan, task = in_review(ask(), follow_ups=1)
+    assert task.follow_ups == 1
+    raised = plan.model_copy(update={"front_matter": {**plan.front_matter, "follow_ups": 5}})
+    used = task.model_copy(update={"rounds_used": 1})
+    # A raised follow_ups is for the item's next task: this one keeps what it was approved with.
+    assert rounds(reconcile([raised], [used], NOW, OPEN).actions) == [
+        RefuseAsk(task.id, f"7:{HEAD}:review", "rounds_used_up")
+    ]
+    older = used.model_copy(update={"follow_ups": None})  # stored before tasks carried it
+    assert rounds(reconcile([raised], [older], NOW, OPEN).actions) == [
+        StartRound(task.id, f"7:{HEAD}:review", 2)
     ]

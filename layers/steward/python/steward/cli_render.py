@@ -54,10 +54,24 @@ def render_plan(plan: dict[str, Any], *, full: bool = False) -> str:
     outcomes = plan.get("outcomes")
     if outcomes is not None:
         head += f"\n  outcome: {_outcomes(outcomes)}\n  cost:    {plan.get('cost_usd', '0')} USD"
-    shown = table(rows, ("#", "status", "item", "task", "waiting")) + _earlier_reviews(plan["items"])
+    shown = (
+        table(rows, ("#", "status", "item", "task", "waiting"))
+        + _earlier_reviews(plan["items"])
+        + _rounds(plan["items"])
+    )
     if not full:
         return head + "\n\n" + shown
     return head + "\n\n" + _approves(plan) + "\n\n" + shown + "\n\n" + _item_details(plan["items"])
+
+
+def _rounds(items: list[dict[str, Any]]) -> str:
+    """The follow-up rounds of each item in review: used of allowed."""
+    lines = [
+        f"  #{i['ordinal']}: {i['rounds']['used']} of {i['rounds']['allowed']} used"
+        for i in items
+        if i.get("rounds") and i["status"] == "review"
+    ]
+    return "\n\nfollow-up rounds:\n" + "\n".join(lines) if lines else ""
 
 
 def _earlier_reviews(items: list[dict[str, Any]]) -> str:
@@ -242,6 +256,12 @@ TASK_FIELDS: tuple[str, ...] = (
 
 def render_task(task: dict[str, Any]) -> str:
     lines = [f"{k + ':':16}{'-' if task.get(k) is None else visible(str(task[k]))}" for k in TASK_FIELDS]
+    if task.get("parent"):
+        lines.append(f"{'round:':16}follow-up round {task['round']} of task {task['parent']}")
+    elif task.get("follow_ups") is not None:
+        lines.append(
+            f"{'rounds:':16}{task.get('rounds_used', 0)} of {task['follow_ups']} follow-up rounds used"
+        )
     if "waiting" in task:
         lines.append(f"{'waiting:':16}{waiting_text(task['waiting'])}")
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from steward.domain.errors import Unauthorized
 from steward.domain.loop import LoopSettingsUpdate
 from steward.domain.models import Plan, Task, utcnow
 from steward.domain.plans import earlier_reviews, max_spend, plan_outcomes
+from steward.domain.reconcile import allowed_rounds
 from steward.domain.waiting import WaitingView
 from steward.observability import logger_for
 from steward.wiring import Services
@@ -40,6 +41,13 @@ def _view(s: Services, user: str) -> WaitingView:
     )
 
 
+def _rounds(task: Task | None, plan: Plan) -> dict[str, int] | None:
+    """The follow-up rounds of an item's task while it is live: used, and allowed."""
+    if task is None or task.is_round:
+        return None
+    return {"used": task.rounds_used, "allowed": allowed_rounds(task, plan)}
+
+
 def _shown(
     s: Services, plan: Plan, seen: WaitingView | None = None, *, details: bool = True
 ) -> dict[str, Any]:
@@ -52,12 +60,14 @@ def _shown(
     items = {item.key: item for item in plan.items}
     suspended = seen.suspended(plan.repo)
     earlier = earlier_reviews(plan, seen.live)
+    live = {t.id: t for t in seen.live}
     for entry in body["items"]:
         waits = waiting.for_item(
             plan, items[entry["key"]], seen.state, seen.live, seen.now, installation_suspended=suspended
         )
         entry["waiting"] = None if waits is None else waits.to_api()
         entry["earlier_reviews"] = earlier.get(entry["key"], [])
+        entry["rounds"] = _rounds(live.get(entry.get("task_id") or ""), plan)
     cost = s.tasks.plan_cost(plan.user, plan.slug)
     return {**body, "outcomes": plan_outcomes(plan), "cost_usd": str(cost), "max_spend": max_spend(plan)}
 

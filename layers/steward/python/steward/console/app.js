@@ -536,6 +536,8 @@
           ["Plan", el("a", { href: `#/plans/${enc(task.plan_slug)}` }, task.plan_slug)],
           ["Item", task.ordinal],
           ["Attempt", task.attempt],
+          ["Follow-up round", task.parent ? el("span", { id: "round-of" }, `${task.round} of task `, el("a", { href: `#/tasks/${enc(task.parent)}` }, task.parent)) : null],
+          ["Follow-up rounds", !task.parent && task.follow_ups != null ? el("span", { id: "rounds-used" }, `${task.rounds_used} of ${task.follow_ups} used`) : null],
           ["Repository", task.repo],
           ["Branch", task.branch],
           ["Model", task.model],

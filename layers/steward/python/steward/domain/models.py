@@ -258,6 +258,9 @@ class Task(BaseModel):
     # and how many rounds the task has started: what the loop's next round reads.
     pending_asks: tuple[dict[str, Any], ...] = ()
     rounds_used: int = 0
+    # The rounds its approval allows (the plan's `follow_ups` when the task spawned, like its
+    # budget and checks; None on a task stored before rounds existed: the plan's is read).
+    follow_ups: int | None = None
     # A follow-up round (README: "Follow-up rounds"): the task in review whose pull request it
     # answers on that task's branch, its number (1 to the plan's follow_ups), and the ask it
     # answers as recorded (redacted, bounded). 0 and None: the item's own attempt.
@@ -295,6 +298,7 @@ class Task(BaseModel):
             "parent": self.parent,
             "round": self.round,
             "rounds_used": self.rounds_used,
+            "follow_ups": self.follow_ups,
             "pr_close_pending": self.pr_close_pending,
             "cost_usd": str(self.cost_usd),
             "over_reported_usd": str(self.over_reported_usd),

@@ -195,6 +195,14 @@ def _max_attempts(plan: Plan) -> int:
     return int(plan.front_matter.get("max_attempts", 3))
 
 
+def allowed_rounds(task: Task, plan: Plan | None) -> int:
+    """The rounds `task`'s approval allows: its own copy of the plan's `follow_ups`, or (a task
+    stored before it had one) the plan's."""
+    if task.follow_ups is not None:
+        return task.follow_ups
+    return follow_ups_of(plan.front_matter) if plan is not None else 0
+
+
 ROUND_ENDED = "its pull request is no longer in review"  # a round cancelled as its parent left review
 
 
@@ -220,7 +228,7 @@ def next_round(task: Task, plan: Plan | None, live: Sequence[Task]) -> StartRoun
             plan_archived=plan is None or plan.status is PlanStatus.ARCHIVED,
             superseded=item is None or item.removed or item.revision > task.revision,
             rounds_used=task.rounds_used,
-            follow_ups=follow_ups_of(plan.front_matter) if plan is not None else 0,
+            follow_ups=allowed_rounds(task, plan),
         )
     )
     if refusal is not None:

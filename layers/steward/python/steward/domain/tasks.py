@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from steward.domain.errors import LifecycleError
+from steward.domain.follow_ups import follow_ups_of
 from steward.domain.ids import branch_name, round_task_id, task_id
 from steward.domain.models import Plan, PlanItem, Task, TaskStatus
 
@@ -65,6 +66,7 @@ def task_for(
         updated_at=now,
         deadline=now + launch_grace,
         max_attempts=int(front.get("max_attempts", 3)),
+        follow_ups=follow_ups_of(front),
         kind=plan.kind,
     )
 
@@ -111,6 +113,7 @@ def round_for(
             "follow_up_keys": (),
             "pending_asks": (),
             "rounds_used": 0,
+            "follow_ups": 0,  # a round asks for no rounds of its own
             "parent": parent.id,
             "round": number,
             "trigger": dict(ask),
