@@ -199,15 +199,17 @@ def artifacts(stack: LocalStack) -> ArtifactStore:
     return ArtifactStore("steward-artifacts", client=client)
 
 
-def plan(slug: str, *items: str, budget: str = "0.50", model: str = "scripted-coder") -> str:
+def plan(
+    slug: str, *items: str, budget: str = "0.50", model: str = "scripted-coder", follow_ups: int = 2
+) -> str:
     boxes = "\n".join(f"- [ ] {item}" for item in items)
     return (
         f"---\nrepo: {SAMPLE_REPO}\nbase: main\nmodel: {model}\nbudget_usd: {budget}\n"
-        f"checks:\n  - {CHECK}\nmax_attempts: 1\n---\n# {slug}\n\n{boxes}\n"
+        f"checks:\n  - {CHECK}\nmax_attempts: 1\nfollow_ups: {follow_ups}\n---\n# {slug}\n\n{boxes}\n"
     )
 
 
-def start(alice: Alice, slug: str, *items: str, **kwargs: str) -> list[str]:
+def start(alice: Alice, slug: str, *items: str, **kwargs: Any) -> list[str]:
     published = alice("PUT", f"/v1/plans/{slug}", {"markdown": plan(slug, *items, **kwargs)})
     alice("POST", f"/v1/plans/{slug}/confirm", {"content_hash": published["content_hash"]})
     eventually(lambda: all(i["task_id"] for i in alice("GET", f"/v1/plans/{slug}")["items"]))
@@ -689,3 +691,33 @@ def test_a_round_whose_checks_fail_leaves_the_branch_and_the_pull_request_as_the
         first["head_sha"],
         first["pr_url"],
     )
+
+
+def test_an_ask_that_starts_no_round_is_answered_once_per_reason(stack: LocalStack, alice: Alice) -> None:
+    (parent,) = start(alice, "round-off", "PLAY-success with rounds off", follow_ups=0)
+    first = settled(alice, parent)
+    number = int(first["pr_url"].rsplit("/", 1)[-1])
+    github = stack.state["github_url"]
+
+    def replies() -> list[str]:
+        return [
+            c["body"] for c in admin.comments(github, SAMPLE_REPO, number) if "steward-reply" in c["body"]
+        ]
+
+    for _ in range(2):  # a stranger asks twice: answered once
+        admin.comment(github, SAMPLE_REPO, number, "@steward please rename it", login="drive-by")
+    eventually(lambda: len(replies()) == 1)
+    assert replies()[0].startswith("Only collaborators of this repository can ask Steward")
+    # A collaborator asks twice (a review, then a mention: two round keys): the plan allows no
+    # round, which is said once.
+    admin.review(
+        github, SAMPLE_REPO, number, state="changes_requested", body="ROUND-docstring please", comments=[]
+    )
+    admin.comment(github, SAMPLE_REPO, number, "@steward ROUND-docstring please")
+    eventually(lambda: len(replies()) == 2)
+    eventually(lambda: len([e for e in events(alice, parent) if e["type"] == "follow_up_refused"]) == 4)
+    time.sleep(2)  # two more ticks: nothing more is written
+    assert len(replies()) == 2
+    assert "`follow_ups: 0`" in replies()[1]
+    task = alice("GET", f"/v1/tasks/{parent}")
+    assert (task["status"], task["rounds_used"], task["head_sha"]) == ("review", 0, first["head_sha"])

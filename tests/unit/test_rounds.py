@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from steward.domain.follow_ups import round_prompt
 from steward.domain.models import ItemStatus, Plan, PlanStatus, Task, TaskStatus
-from steward.domain.reconcile import ROUND_ENDED, Cancel, Policy, RefuseAsk, StartRound, reconcile
+from steward.domain.reconcile import ROUND_ENDED, Cancel, Policy, RefuseAsk, Reply, StartRound, reconcile
 from steward.domain.tasks import round_for
 from steward.runner.harness import task_prompt
 from steward.services.publication import round_marker, round_reply
@@ -184,3 +184,14 @@ def test_the_rounds_allowed_are_the_tasks_approval_or_for_an_older_task_its_plan
     assert rounds(reconcile([raised], [older], NOW, OPEN).actions) == [
         StartRound(task.id, f"7:{HEAD}:review", 2)
     ]
+
+
+def test_a_decided_reply_is_written_by_the_loop_and_keeps_it_looking_until_it_is() -> None:
+    plan, task = in_review()
+    waiting = task.model_copy(update={"pending_replies": ("rounds_used_up",)})
+    decision = reconcile([plan], [waiting], NOW, OPEN)
+    assert [a for a in decision.actions if isinstance(a, Reply)] == [Reply(task.id, "rounds_used_up")]
+    assert not decision.settles
+    refused = reconcile([plan], [in_review(ask(), follow_ups=0)[1]], NOW, OPEN)
+    assert not refused.settles  # the refusal's reply, or the next ask, is for the next tick
+    assert reconcile([plan], [task], NOW, OPEN).settles

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from steward.services.plans import PlanService
     from steward.services.reaper import Reaper
     from steward.services.relay import Relay
+    from steward.services.replies import Replies
     from steward.services.resync import Resync
     from steward.services.runtime import RuntimeService
     from steward.services.tasks import TaskService
@@ -381,6 +382,7 @@ def heartbeat() -> Heartbeat:
         launcher=launcher(),
         resync=resync(),
         withdrawals=withdrawals(),
+        replies=replies(),
         brake=brake().engaged,
     )
 
@@ -403,6 +405,19 @@ def resync() -> Resync | None:
         period=timedelta(seconds=s.github_resync_seconds), max_calls=s.github_resync_max_calls
     )
     return Resync(TaskStore(t), InstallationStore(t), github=loop_github, policy=policy)
+
+
+@cache
+def replies() -> Replies | None:
+    """The loop's one-time replies on pull requests, or None where no GitHub App is configured."""
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.replies import Replies  # noqa: PLC0415
+
+    t = tables()
+    if settings().github_app_id is None:
+        return None
+    return Replies(TaskStore(t), InstallationStore(t), github=loop_github)
 
 
 @cache

@@ -47,6 +47,7 @@ from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen
 from steward.adapters.user_store import spawn_charge_update, wake_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, LifecycleError, NotFound
+from steward.domain.follow_ups import REPLY_KINDS
 from steward.domain.ids import live_shard
 from steward.domain.models import (
     TERMINAL_TASK_STATUSES,
@@ -328,6 +329,14 @@ class TaskStore:
             if not any(a.get("round_key") == key for a in current.pending_asks):
                 raise _AlreadyClear
 
+        def sets(current: Task) -> dict[str, Any]:
+            changes: dict[str, Any] = {
+                "pending_asks": [dict(a) for a in current.pending_asks if a.get("round_key") != key]
+            }
+            if reason in REPLY_KINDS and reason not in (*current.pending_replies, *current.replied):
+                changes["pending_replies"] = [*current.pending_replies, reason]
+            return changes
+
         try:
             return self.append_event(
                 parent,
@@ -335,12 +344,35 @@ class TaskStore:
                 {"round_key": key, "reason": reason},
                 now=now,
                 admit=admit,
-                sets=lambda current: {
-                    "pending_asks": [dict(a) for a in current.pending_asks if a.get("round_key") != key]
-                },
+                sets=sets,
             )
         except _AlreadyClear:
             return self.require(parent.id)
+
+    def clear_reply(self, task: Task, kind: str, *, written: bool, now: datetime) -> bool:
+        """Reply `kind` of `task` was written on its pull request (or, `written` False, is not
+        needed any more): from pending to replied, with a `follow_up_replied` event. False when
+        it was no longer pending."""
+
+        def admit(current: Task) -> None:
+            if kind not in current.pending_replies:
+                raise _AlreadyClear
+
+        try:
+            self.append_event(
+                task,
+                "follow_up_replied",
+                {"kind": kind, "written": written},
+                now=now,
+                admit=admit,
+                sets=lambda current: {
+                    "pending_replies": [k for k in current.pending_replies if k != kind],
+                    "replied": [*current.replied, kind],
+                },
+            )
+        except _AlreadyClear:
+            return False
+        return True
 
     def _retryable_condition(
         self, task_id: str, *, user: str | None = None, settled: bool = False

@@ -182,6 +182,32 @@ def round_prompt(ask: Mapping[str, Any], round_number: int) -> str:
     )
 
 
+# What Steward answers, once per task, to an ask that starts no round (a bot's ask gets none:
+# two bots must not answer each other).
+COLLABORATORS_ONLY = "collaborators_only"
+_REPLIES = {
+    COLLABORATORS_ONLY: "Only collaborators of this repository can ask Steward for a change; "
+    "this request was not taken.",
+    "rounds_used_up": "This pull request has used the {allowed} follow-up round(s) its plan approved, "
+    "so Steward makes no more changes here. To go on: raise `follow_ups` in the plan, confirm it "
+    "and retry the item (a new task), or take the branch over and push yourself.",
+    "follow_ups_off": "The plan approved no follow-up rounds (`follow_ups: 0`), so Steward makes no "
+    "changes here. Raise `follow_ups` in the plan and retry the item, or push yourself.",
+    "head_not_stewards": "A commit Steward did not make is on this branch, so the branch is yours now: "
+    "Steward makes no more changes to it.",
+}
+REPLY_KINDS = frozenset(_REPLIES)
+
+
+def reply_marker(task_id: str, kind: str) -> str:
+    return f"<!-- steward-reply: {task_id} {kind} -->"
+
+
+def reply_body(task: Task, kind: str) -> str:
+    text = _REPLIES[kind].format(allowed=task.follow_ups if task.follow_ups is not None else task.rounds_used)
+    return f"{text}\n\n{reply_marker(task.id, kind)}"
+
+
 def author_problem(trigger: Trigger) -> str | None:
     """Why the author of a review or a mention may not ask for a round (None: they may)."""
     if not trigger.needs_author:

@@ -261,6 +261,10 @@ class Task(BaseModel):
     # The rounds its approval allows (the plan's `follow_ups` when the task spawned, like its
     # budget and checks; None on a task stored before rounds existed: the plan's is read).
     follow_ups: int | None = None
+    # One-time replies on its pull request to asks that start no round
+    # (`steward.domain.follow_ups.REPLY_KINDS`): decided and not yet written, and written.
+    pending_replies: tuple[str, ...] = ()
+    replied: tuple[str, ...] = ()
     # A follow-up round (README: "Follow-up rounds"): the task in review whose pull request it
     # answers on that task's branch, its number (1 to the plan's follow_ups), and the ask it
     # answers as recorded (redacted, bounded). 0 and None: the item's own attempt.

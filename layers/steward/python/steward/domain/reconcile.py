@@ -126,8 +126,25 @@ class RefuseAsk:
     reason: str
 
 
+@dataclass(frozen=True)
+class Reply:
+    """A one-time reply decided on a task in review (`steward.services.replies`)."""
+
+    task_id: str
+    kind: str
+
+
 Action = (
-    Spawn | Launch | Cancel | MarkInProgress | CompletePlan | RepairItem | ClosePull | StartRound | RefuseAsk
+    Spawn
+    | Launch
+    | Cancel
+    | MarkInProgress
+    | CompletePlan
+    | RepairItem
+    | ClosePull
+    | StartRound
+    | RefuseAsk
+    | Reply
 )
 
 
@@ -264,6 +281,9 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     plans_by_id = {p.id: p for p in plans}
     rounds = [r for t in live_tasks if (r := next_round(t, plans_by_id.get(t.plan_id), live_tasks))]
     actions += [r for r in rounds if isinstance(r, RefuseAsk)]
+    actions += [
+        Reply(t.id, kind) for t in live_tasks if t.status is TaskStatus.REVIEW for kind in t.pending_replies
+    ]
     candidates: list[Spawn | StartRound] = [r for r in rounds if isinstance(r, StartRound)]
     # actions so far: the fixtures' cancels
     live_work = bool(live_tasks or closing) or fixture_in_review or bool(actions)
@@ -317,8 +337,9 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
         waiting=waiting,
         # Nothing advances a watermark when the brake is released: spawns it held keep the
         # loop looking. A closed pull request changes the next decision without a lifecycle
-        # event too (the task leaves the live index): the next tick looks again.
-        settles=not any(isinstance(a, RepairItem | ClosePull) for a in actions)
+        # event too (the task leaves the live index): the next tick looks again. So do a
+        # refused ask (its reply, or the next waiting ask) and a reply (one that failed).
+        settles=not any(isinstance(a, RepairItem | ClosePull | Reply | RefuseAsk) for a in actions)
         and not (policy.spawning_stopped and waiting),
     )
 

@@ -47,12 +47,14 @@ from steward.domain.reconcile import (
     Policy,
     RefuseAsk,
     RepairItem,
+    Reply,
     Spawn,
     StartRound,
     reconcile,
 )
 from steward.domain.tasks import SpawnCharge, SpawnRefused, round_for, task_for
 from steward.services.launching import launch_task
+from steward.services.replies import Replies
 from steward.services.resync import Resync, Sweep
 from steward.services.withdrawal import Withdrawals
 
@@ -91,6 +93,7 @@ class Heartbeat:
     owner: str = ""
     resync: Resync | None = None  # None: GitHub is not observed (no App configured)
     withdrawals: Withdrawals | None = None  # None: no App to close withdrawn pull requests with
+    replies: Replies | None = None  # None: no App to reply on pull requests with
     # The operators' global brake (`steward.services.brake.CachedBrake.engaged`): no spawns.
     brake: Callable[[], bool] = field(default=lambda: False)
 
@@ -212,14 +215,29 @@ class _Apply:
             found = beat.tasks.get(action.task_id)
             if found is not None:
                 beat.tasks.project_item(found, now=self.now)
-        elif isinstance(action, StartRound):
+        elif isinstance(action, StartRound | RefuseAsk):
+            self._answer_ask(action)
+        elif isinstance(action, Reply | ClosePull):
+            self._on_github(action)
+
+    def _answer_ask(self, action: StartRound | RefuseAsk) -> None:
+        if isinstance(action, StartRound):
             self._start_round(action)
-        elif isinstance(action, RefuseAsk):
-            beat.tasks.refuse_ask(self.live[action.task_id], action.round_key, action.reason, now=self.now)
-        elif isinstance(action, ClosePull):
-            if beat.withdrawals is None:
-                raise Conflict("no GitHub App is configured: a withdrawn pull request cannot be closed")
-            beat.withdrawals.close(action.task_id, now=self.now)
+        else:
+            self.beat.tasks.refuse_ask(
+                self.live[action.task_id], action.round_key, action.reason, now=self.now
+            )
+
+    def _on_github(self, action: Reply | ClosePull) -> None:
+        beat = self.beat
+        if isinstance(action, Reply):
+            if beat.replies is None:
+                raise Conflict("no GitHub App is configured: a reply cannot be written")
+            beat.replies.reply(action.task_id, action.kind, now=self.now)
+            return
+        if beat.withdrawals is None:
+            raise Conflict("no GitHub App is configured: a withdrawn pull request cannot be closed")
+        beat.withdrawals.close(action.task_id, now=self.now)
 
     def _cancel(self, task: Task, reason: str) -> Task:
         """Cancel `task` (a no-op if it already is) and stop its runtime."""

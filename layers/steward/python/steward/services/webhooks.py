@@ -69,6 +69,7 @@ from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import BadRequest, LifecycleError, Unauthorized
 from steward.domain.follow_ups import (
+    COLLABORATORS_ONLY,
     MAX_FOLLOW_UP_KEYS,
     MAX_PENDING_ASKS,
     TRIGGER_EVENTS,
@@ -102,6 +103,13 @@ from steward.domain.webhooks import (
     signature_matches,
 )
 from steward.services.installations import sync_installation
+
+
+def _reply_once(task: Task, kind: str | None) -> dict[str, Any]:
+    """The task's pending replies with `kind` added, unless it is pending or sent already."""
+    if kind is None or kind in (*task.pending_replies, *task.replied):
+        return {}
+    return {"pending_replies": [*task.pending_replies, kind]}
 
 
 class PullHeads(Protocol):
@@ -334,7 +342,11 @@ class WebhookReceiver:
                     data | {"reason": refused},
                     now=now,
                     admit=admit,
+                    sets=lambda current: _reply_once(
+                        current, None if trigger.author_is_bot else COLLABORATORS_ONLY
+                    ),
                     include=[mark],
+                    wake=not trigger.author_is_bot,
                 )
             else:
                 self.tasks.append_event(

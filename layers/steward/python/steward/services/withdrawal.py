@@ -55,6 +55,16 @@ class PullCloser(Protocol):
     def close_pull(self, installation_id: int, repo: str, number: int) -> PullRef: ...
 
 
+def installation_for(installations: InstallationStore, task: Task) -> int:
+    """The owner's live installation that holds the task's repository: the one the loop asks."""
+    holders = sorted(i.installation_id for i in installations.for_owner(task.user) if i.holds(task.repo))
+    if not holders:
+        raise Conflict(
+            f"no live installation of the owner holds {task.repo}: its pull request is reached once one does"
+        )
+    return holders[0]
+
+
 @dataclass
 class Withdrawals:
     tasks: TaskStore
@@ -67,7 +77,7 @@ class Withdrawals:
         task = self.tasks.get(task_id)
         if task is None or not task.pr_close_pending:
             return False
-        installation = self._installation(task)
+        installation = installation_for(self.installations, task)
         github = self.github()
         pull = github.find_pull(installation, task.repo, task.branch, state="all")
         commented = False
@@ -87,16 +97,6 @@ class Withdrawals:
         done = self.tasks.finish_withdrawal(task, data, now=now)
         logger.info("withdrawn task's pull request closed", extra={"task_id": task.id, **data})
         return done
-
-    def _installation(self, task: Task) -> int:
-        holders = sorted(
-            i.installation_id for i in self.installations.for_owner(task.user) if i.holds(task.repo)
-        )
-        if not holders:
-            raise Conflict(
-                f"no live installation of the owner holds {task.repo}: its pull request is closed once one does"
-            )
-        return holders[0]
 
     def _merged(self, task: Task, pull: PullRef, *, now: datetime) -> bool:
         """A person merged the pull request after all: assigned as a webhook would."""
