@@ -693,6 +693,17 @@ def test_a_round_whose_checks_fail_leaves_the_branch_and_the_pull_request_as_the
         first["head_sha"],
         first["pr_url"],
     )
+    # ... and says so once on the pull request, with the round's reason.
+    github = stack.state["github_url"]
+
+    def replies() -> list[str]:
+        return [
+            c["body"] for c in admin.comments(github, SAMPLE_REPO, number) if "steward-reply" in c["body"]
+        ]
+
+    eventually(lambda: len(replies()) == 1)
+    assert replies()[0].startswith(f"Follow-up round 1 could not answer: {ended['reason']}")
+    assert "The branch and this pull request are as they were." in replies()[0]
 
 
 def test_an_ask_that_starts_no_round_is_answered_once_per_reason(stack: LocalStack, alice: Alice) -> None:

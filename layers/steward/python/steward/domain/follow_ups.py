@@ -197,14 +197,33 @@ _REPLIES = {
     "Steward makes no more changes to it.",
 }
 REPLY_KINDS = frozenset(_REPLIES)
+_ROUND_FAILED = "round_failed:"  # and the round's task id: one reply per failed round
+
+
+def round_failed_kind(round_task_id: str) -> str:
+    return _ROUND_FAILED + round_task_id
+
+
+def failed_round_of(kind: str) -> str | None:
+    """The round task a `round_failed` reply is about (None: another kind of reply)."""
+    return kind[len(_ROUND_FAILED) :] if kind.startswith(_ROUND_FAILED) else None
 
 
 def reply_marker(task_id: str, kind: str) -> str:
     return f"<!-- steward-reply: {task_id} {kind} -->"
 
 
-def reply_body(task: Task, kind: str) -> str:
-    text = _REPLIES[kind].format(allowed=task.follow_ups if task.follow_ups is not None else task.rounds_used)
+def reply_body(task: Task, kind: str, *, failed_round: Task | None = None) -> str:
+    """The reply `kind` on `task`'s pull request; a failed round's names the round and why."""
+    if failed_round is not None:
+        text = (
+            f"Follow-up round {failed_round.round} could not answer: {failed_round.reason or 'it failed'}. "
+            "The branch and this pull request are as they were."
+        )
+    else:
+        text = _REPLIES[kind].format(
+            allowed=task.follow_ups if task.follow_ups is not None else task.rounds_used
+        )
     return f"{text}\n\n{reply_marker(task.id, kind)}"
 
 

@@ -1,6 +1,7 @@
 """The loop's one-time replies on Steward's pull request to a follow-up ask that starts no
 round (README: "Follow-up rounds"): only collaborators can ask, the rounds are used up or
-turned off, or a person's push took the branch over.
+turned off, or a person's push took the branch over; and to a round that failed (why, and
+that the branch is as it was).
 
 The decision to reply is durable first: the receiver or the loop's refusal adds the reply's
 kind to the task's `pending_replies` (once per task and kind: `replied` keeps what was
@@ -18,8 +19,9 @@ from datetime import datetime
 
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
-from steward.domain.follow_ups import reply_body, reply_marker
+from steward.domain.follow_ups import failed_round_of, reply_body, reply_marker
 from steward.domain.models import TaskStatus
+from steward.domain.redaction import Redactor
 from steward.services.withdrawal import PullCloser, installation_for
 
 logger = logging.getLogger(__name__)
@@ -43,7 +45,9 @@ class Replies:
             github = self.github()
             marker = reply_marker(task.id, kind)
             if github.find_comment(installation, task.repo, task.pr_number, marker) is None:
-                github.comment(installation, task.repo, task.pr_number, reply_body(task, kind))
+                failed = failed_round_of(kind)
+                body = reply_body(task, kind, failed_round=self.tasks.get(failed) if failed else None)
+                github.comment(installation, task.repo, task.pr_number, Redactor().redact(body))
                 written = True
         done = self.tasks.clear_reply(task, kind, written=written, now=now)
         logger.info("follow-up reply", extra={"task_id": task.id, "kind": kind, "written": written})

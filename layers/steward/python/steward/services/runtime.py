@@ -52,6 +52,7 @@ from steward.domain.errors import (
     TooLarge,
     Unauthorized,
 )
+from steward.domain.follow_ups import round_failed_kind
 from steward.domain.models import Classification, Fault, Task, TaskStatus, iso, utcnow
 
 # githubkit is imported by the App only when a review ending is checked, and the stores by
@@ -251,7 +252,33 @@ class RuntimeService:
         except LifecycleError:  # moved meanwhile to where this ending cannot follow
             return {"status": self.tasks.require(task.id).status.value, "changed": False}
         self.tasks.project_item(done, now=now)
+        if done.is_round and changed and done.status is TaskStatus.FAILED:
+            self._round_failed(done, now)
         return {"status": done.status.value, "changed": changed}
+
+    def _round_failed(self, done: Task, now: datetime) -> None:
+        """A round that failed says so on its pull request (the loop's one reply for it)."""
+        parent = self.tasks.get(done.parent or "")
+        kind = round_failed_kind(done.id)
+
+        def admit(current: Task) -> None:
+            if current.status is not TaskStatus.REVIEW or kind in (
+                *current.pending_replies,
+                *current.replied,
+            ):
+                raise LifecycleError("nobody waits for this round's answer any more", field="status")
+
+        if parent is not None:
+            with contextlib.suppress(LifecycleError):
+                self.tasks.append_event(
+                    parent,
+                    "follow_up_failed",
+                    {"task_id": done.id, "round": done.round, "reason": done.reason},
+                    now=now,
+                    admit=admit,
+                    sets=lambda current: {"pending_replies": [*current.pending_replies, kind]},
+                    wake=True,
+                )
 
     def _answered(
         self,
