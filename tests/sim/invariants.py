@@ -38,6 +38,7 @@ class Checker:
         self.passed: dict[str, set[str]] = {}  # task id -> checks its runtime saw pass
         self.pushed: dict[str, str] = {}  # task id -> the commit its runtime pushed
         self.retried: list[dict[str, Any]] = []  # the task rows of every acknowledged retry (202)
+        self.person_heads: set[str] = set()  # commits a person pushed onto a pull request
         self._tasks: dict[str, str] = {}
         self._plans: dict[str, str] = {}
         self._items: dict[tuple[str, str], str] = {}
@@ -55,6 +56,9 @@ class Checker:
 
     def branch_of(self, task_id: str) -> str:
         return str(self.task_rows()[task_id]["branch"])
+
+    def is_round(self, task_id: str) -> bool:
+        return bool(self.task_rows()[task_id].get("parent"))
 
     def acknowledged_retry(self, task_id: str) -> None:
         """The API answered a retry of `task_id` with 202: another attempt is owed."""
@@ -137,11 +141,14 @@ class Checker:
         tasks = self.task_rows()
         plans = {str(r["slug"]): r for r in w.rows("plans")}
         keys = Counter(
-            (r["plan_id"], r["item_key"], int(r["revision"]), int(r["attempt"])) for r in tasks.values()
+            (r["plan_id"], r["item_key"], int(r["revision"]), int(r["attempt"]))
+            for r in tasks.values()
+            if not r.get("parent")
         )
         problems += [
             f"{n} tasks for one item attempt {k[1][:8]}/r{k[2]}/a{k[3]}" for k, n in keys.items() if n > 1
         ]
+        problems += self._rounds(tasks)
         for task_id, row in tasks.items():
             if (row["plan_slug"], row["item_key"], int(row["revision"])) not in self.approved:
                 problems.append(f"task {task_id[:12]} exists for an item revision nobody confirmed")
@@ -161,9 +168,35 @@ class Checker:
         problems += self._secrets()
         assert not problems, "; ".join(problems)
 
+    def _rounds(self, tasks: dict[str, dict[str, Any]]) -> list[str]:
+        """Follow-up rounds: at most `follow_ups` per task, one per (head, trigger), each on its
+        parent's branch and pull request."""
+        problems: list[str] = []
+        rounds = [r for r in tasks.values() if r.get("parent")]
+        per_parent = Counter(str(r["parent"]) for r in rounds)
+        for parent, n in per_parent.items():
+            allowed = int(tasks[parent].get("follow_ups", 2)) if parent in tasks else 0
+            if n > allowed:
+                problems.append(f"task {parent[:12]} has {n} rounds, its approval allows {allowed}")
+            if parent in tasks and int(tasks[parent].get("rounds_used", 0)) != n:
+                problems.append(
+                    f"task {parent[:12]} counts {tasks[parent].get('rounds_used')} rounds, has {n}"
+                )
+        asked = Counter((str(r["parent"]), str((r.get("trigger") or {}).get("round_key"))) for r in rounds)
+        problems += [f"{n} rounds for one ask {k[1]}" for k, n in asked.items() if n > 1]
+        problems += [
+            f"round {r['task_id'][:12]} is not on its parent's branch"
+            for r in rounds
+            if r["parent"] in tasks and r["branch"] != tasks[r["parent"]]["branch"]
+        ]
+        return problems
+
     def _pull_requests(self, tasks: dict[str, dict[str, Any]]) -> list[str]:
         problems: list[str] = []
-        by_branch = {str(r["branch"]): r for r in tasks.values()}
+        by_branch = {str(r["branch"]): r for r in tasks.values() if not r.get("parent")}
+        answers: dict[str, list[str]] = {}  # a task -> the tasks whose pushes its branch holds
+        for r in tasks.values():
+            answers.setdefault(str(r.get("parent") or r["task_id"]), []).append(str(r["task_id"]))
         open_per_item: Counter[tuple[str, str, int]] = Counter()
         for pull in self.w.twin.pull_states(self.w.repo):
             row = by_branch.get(pull["head_ref"])
@@ -176,13 +209,21 @@ class Checker:
                     problems.append(
                         f"pull request #{pull['number']} open after its task's withdrawal closed it"
                     )
-            if len(self.w.twin.comments(self.w.repo, pull["number"])) > 1:
+            comments = [c["body"] for c in self.w.twin.comments(self.w.repo, pull["number"])]
+            if sum("steward:withdrawn" in c for c in comments) > 1:
                 problems.append(f"pull request #{pull['number']} has more than one withdrawal comment")
+            if len(comments) != len(set(comments)):
+                problems.append(f"pull request #{pull['number']} has a comment of Steward's twice")
+            # The head is the push of the task or of one of its rounds, whose checks passed on it;
+            # a person's push (a commit no task pushed) is theirs to answer for.
+            pushers = [t for t in answers.get(row["task_id"], []) if self.pushed.get(t) == pull["head_sha"]]
+            if not pushers and pull["head_sha"] in self.person_heads:
+                continue
             required = set(row.get("checks") or ())
-            if not required <= self.passed.get(row["task_id"], set()):
-                problems.append(f"pull request #{pull['number']} without every required check passed")
-            if self.pushed.get(row["task_id"]) != pull["head_sha"]:
+            if not pushers:
                 problems.append(f"pull request #{pull['number']} is not of the tree its checks passed on")
+            elif not required <= self.passed.get(pushers[0], set()):
+                problems.append(f"pull request #{pull['number']} without every required check passed")
         problems += [
             f"{n} open pull requests for item {k[1][:8]}/r{k[2]}" for k, n in open_per_item.items() if n > 1
         ]
@@ -226,7 +267,10 @@ class Checker:
         pull = payload.get("pull_request") or {}
         if payload.get("action") != "closed" or not pull.get("merged"):
             return
-        row = next((r for r in self.w.rows("tasks") if r["branch"] == pull["head"]["ref"]), None)
+        row = next(
+            (r for r in self.w.rows("tasks") if r["branch"] == pull["head"]["ref"] and not r.get("parent")),
+            None,
+        )
         if row is not None and row["status"] not in ("merged", "cancelled"):
             raise AssertionError(f"an acknowledged merge left its task {row['status']}")
 
@@ -262,6 +306,7 @@ def converge(machine: ControlPlane) -> None:
     settings = LoopSettingsUpdate(paused=False, daily_spawn_cap=100, max_parallel=3)
     w.users.update_loop_settings(USER, settings, now=w.clocks.of("api")(), clear_quiet_hours=True)
     withdrew = False
+    asked: dict[str, str] = {}  # the task a reviewer asked a change of -> its branch
     for _ in range(CONVERGENCE_ROUNDS):
         if _settled(machine):
             break
@@ -278,8 +323,10 @@ def converge(machine: ControlPlane) -> None:
             withdrew = True
             machine._act(lambda review=review: w.task_service.cancel(USER, review[0]["task_id"]))
         closing = {str(r["branch"]) for r in w.rows("tasks") if r.get("pr_close_pending")}
+        waiting = _ask_once(machine, asked, closing)
         for pull in w.twin.pull_states(w.repo):
-            if pull["state"] == "open" and pull["head_ref"] not in closing:  # withdrawn: the loop's
+            # withdrawn: the loop's to close; asked for a change: merged once its round ended
+            if pull["state"] == "open" and pull["head_ref"] not in closing | waiting:
                 w.twin.merge(w.repo, pull["number"])
         for pending in w.pending_deliveries():  # in order: each opening, then each merge
             machine._act(lambda pending=pending: w.send(pending))
@@ -292,13 +339,37 @@ def converge(machine: ControlPlane) -> None:
     assert not lost, "; ".join(lost) + ": " + _describe(machine)
 
 
+def _ask_once(machine: ControlPlane, asked: dict[str, str], closing: set[str]) -> set[str]:
+    """Once, a reviewer requests a change on a pull request of a task in review that may
+    still take a round; the branches whose round has yet to end (not merged meanwhile)."""
+    w = machine.w
+    rows = {r["task_id"]: r for r in w.rows("tasks")}
+    if not asked:
+        for row in machine._task_rows("review"):
+            if row["branch"] in closing or int(row.get("rounds_used", 0)) >= int(row.get("follow_ups", 2)):
+                continue
+            pull = next((p for p in w.twin.pull_states(w.repo) if p["head_ref"] == row["branch"]), None)
+            if pull is not None and pull["state"] == "open" and row.get("head_sha") == pull["head_sha"]:
+                asked[row["task_id"]] = str(row["branch"])
+                w.twin.review(w.repo, pull["number"], body="Please change it.")
+                break
+    waiting: set[str] = set()
+    for task_id, branch in asked.items():
+        rounds = [r for r in rows.values() if r.get("parent") == task_id]
+        if rows[task_id]["status"] == "review" and (
+            not rounds or any(r["status"] in ("queued", "running") for r in rounds)
+        ):
+            waiting.add(branch)
+    return waiting
+
+
 def _settled(machine: ControlPlane) -> bool:
     w = machine.w
     if any(r["status"] in ACTIVE_PLANS for r in w.rows("plans")):
         return False
     if any(r.get("pr_close_pending") for r in w.rows("tasks")):
         return False  # a withdrawn pull request is still to be closed
-    tasks = {str(r["branch"]): r for r in w.rows("tasks")}
+    tasks = {str(r["branch"]): r for r in w.rows("tasks") if not r.get("parent")}
     for pull in w.twin.pull_states(w.repo):
         row = tasks.get(pull["head_ref"])
         if pull["merged"] and row is not None and row["status"] not in ("merged", "cancelled"):

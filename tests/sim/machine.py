@@ -51,7 +51,7 @@ STAGE_OUTCOMES = {
     "token": ("ok",) * 6 + ("crash",),
     "model": ("ok", "ok", "ok", "over_report", "concurrent", "provider_error", "provider_unknown", "crash"),
     "checks": ("ok", "ok", "ok", "fail_checks", "hostile", "crash"),
-    "push": ("ok", "ok", "ok", "lose_stream", "crash"),
+    "push": ("ok", "ok", "lose_stream", "crash"),
     "pr": ("ok", "ok", "ok", "pr_response_lost", "crash"),
     "finish": ("ok",) * 6 + ("crash",),
 }
@@ -64,9 +64,11 @@ INTERLEAVED = (
     "confirm_awaiting",
     "edit_first",
     "review_first",
+    "ask_first",
 )
 TWIN_FAULTS = ("server_errors", "secondary_rate_limit")
 # Every kind the CI profile must fire at least once (else the suite fails).
+ASKS = ("review", "mention", "check", "stranger", "push")
 FAULT_KINDS = (
     *DYNAMO_FAULTS,
     *(f"interleave:{a}" for a in INTERLEAVED),
@@ -82,6 +84,8 @@ FAULT_KINDS = (
     "webhook_duplicated",
     "webhook_reordered",
     "webhook_withheld",
+    "ask",  # any of ASKS on an open pull request (each is also counted as ask:<kind>)
+    "round_answered",  # a follow-up round's runtime finished with its commit on the pull request
     "clock_skew",
     "stale_confirm",
 )
@@ -449,7 +453,12 @@ class ControlPlane(RuleBasedStateMachine):
             rt.alive = False
             self.w.board.note("runtime_crash")
             return
-        getattr(self, f"_stage_{rt.stage}")(rt, outcome)
+        try:
+            getattr(self, f"_stage_{rt.stage}")(rt, outcome)
+        except RuntimeApiError as exc:
+            if exc.status == 401:  # its capability expired: every later call is refused too
+                rt.alive = False  # the runner ends (its task is the reaper's)
+            raise
 
     def _stage_exchange(self, rt: Runtime, _outcome: str) -> None:
         try:
@@ -465,8 +474,10 @@ class ControlPlane(RuleBasedStateMachine):
         try:
             self.w.api.claim(rt.capability or "", rt.runtime_id)
         except RuntimeApiError as exc:
-            if exc.status == 409:
-                rt.alive = False  # another runtime holds it, or it is no longer startable
+            if exc.status == 409 or not exc.retryable:
+                # another runtime holds it, it is no longer startable, or the capability is no
+                # longer good (expired): the runner exits, as `steward.runner.main` does
+                rt.alive = False
             raise
         rt.stage = "token"
 
@@ -484,7 +495,10 @@ class ControlPlane(RuleBasedStateMachine):
         if not self._still_running(rt):
             return
         files = {f"change_{rt.task_id[-8:]}.py": f"# {rt.task_id}\n"}
-        rt.head = w.twin.push(rt.token or "", w.repo, self.checker.branch_of(rt.task_id), files)
+        round_ = self.checker.is_round(rt.task_id)  # a follow-up round pushes on its pull request's head
+        rt.head = w.twin.push(
+            rt.token or "", w.repo, self.checker.branch_of(rt.task_id), files, on_branch=round_
+        )
         self.checker.pushed[rt.task_id] = rt.head
         rt.stage = "pr"
         if outcome == "lose_stream":
@@ -516,8 +530,10 @@ class ControlPlane(RuleBasedStateMachine):
     def _stage_finish(self, rt: Runtime, _outcome: str) -> None:
         assert rt.pull is not None
         ending = {"status": "review", "pr_url": rt.pull.url, "pr_number": rt.pull.number, "summary": "done"}
-        self.w.api.finish(rt.capability or "", rt.runtime_id, ending)
+        answer = self.w.api.finish(rt.capability or "", rt.runtime_id, ending)
         rt.stage, rt.alive = "done", False
+        if self.checker.is_round(rt.task_id) and answer == TaskStatus.ANSWERED.value:
+            self.w.board.note("round_answered")
 
     def _still_running(self, rt: Runtime) -> bool:
         """Publication's re-check before it pushes and before it opens a pull request."""
@@ -615,6 +631,35 @@ class ControlPlane(RuleBasedStateMachine):
         w.send(delivery)
         self.checker.after_acknowledged(delivery)
 
+    @rule(pick=st.integers(0, 7), kind=st.sampled_from(ASKS))
+    def ask(self, pick: int, kind: str) -> None:
+        """A reviewer, CI or a person on an open pull request: a review requesting changes, a
+        mention, a failing check on its head, a stranger's mention, a person's push."""
+        self._act(lambda: self._ask(pick, kind))
+        self._after_rule()
+
+    def _ask(self, pick: int, kind: str) -> None:
+        twin, repo = self.w.twin, self.w.repo
+        open_pulls = [p for p in twin.pull_states(repo) if p["state"] == "open"]
+        if not open_pulls:
+            return
+        number = open_pulls[pick % len(open_pulls)]["number"]
+        if kind == "review":
+            twin.review(repo, number, body="Please change it.")
+        elif kind in ("mention", "stranger"):
+            twin.comment(
+                repo,
+                number,
+                "@steward please change it",
+                **({"login": "drive-by"} if kind == "stranger" else {}),
+            )
+        elif kind == "check":
+            twin.check(repo, number, name="ci", conclusion="failure", output="1 failed")
+        else:
+            self.checker.person_heads.add(str(twin.person_push(repo, number)["head"]["sha"]))
+        self.w.board.note("ask")
+        self.w.board.note(f"ask:{kind}")
+
     @rule(pick=st.integers(0, 7), merge=st.booleans())
     def review(self, pick: int, merge: bool) -> None:
         self._act(lambda: self._review(pick, merge))
@@ -622,6 +667,9 @@ class ControlPlane(RuleBasedStateMachine):
 
     def _do_review_first(self) -> None:
         self._review(0, True)
+
+    def _do_ask_first(self) -> None:
+        self._ask(0, "review")
 
     def _review(self, pick: int, merge: bool) -> None:
         open_pulls = [p for p in self.w.twin.pull_states(self.w.repo) if p["state"] == "open"]

@@ -109,6 +109,27 @@ def test_a_confirm_in_another_session_during_a_stale_confirm_is_not_its_approval
     replay(script)
 
 
+def test_a_runtime_whose_claim_is_refused_for_good_exits_and_its_task_is_reaped(run: Run) -> None:
+    """Was: `no convergence: ... tasks [(..., 'queued', None)]` (and `'running'` one stage
+    later): a runtime that waited an hour kept retrying calls its expired capability could
+    never make (the runner ends there), so the reaper never took its task. The simulation's
+    runtime, not Steward, was wrong; kept so that it stays right."""
+
+    def script(state: ControlPlane, stages: int) -> None:
+        for step in (
+            lambda: state.first_plan(titles=["Add a greeting"], max_attempts=1),
+            lambda: state.advance(seconds=1),
+            state.scheduler,
+            lambda: state.runtime_step(pick=0, stages=stages, data=Outcomes({})),
+            lambda: state.advance(seconds=3600),
+        ):
+            step()
+            state.holds()
+
+    for stages in (1, 3):  # ticket exchanged; claimed with a token
+        replay(lambda state, stages=stages: script(state, stages))
+
+
 class Outcomes:
     """Stands in for Hypothesis's `data` in a replay: the outcome named for a stage, else ok."""
 

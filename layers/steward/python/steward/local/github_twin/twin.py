@@ -261,11 +261,14 @@ class GitHubTwin(Running):
             pull = self._set_state(repo, number, "open", self._human)
             return self._pull_json(repo, pull, full=True)
 
-    def push(self, token: str, full_name: str, branch: str, files: Mapping[str, str]) -> str:
-        """What a runtime's `git push` of one new commit on top of the default branch does,
-        without a clone (a test's shortcut, for tests that do not exercise git itself): the
-        token must be a live one of this twin that may write the repository, as smart HTTP
-        demands; `branch` is created or moved. The new commit's SHA."""
+    def push(
+        self, token: str, full_name: str, branch: str, files: Mapping[str, str], *, on_branch: bool = False
+    ) -> str:
+        """What a runtime's `git push` of one new commit on top of the default branch does
+        (`on_branch`: on top of `branch` itself, as a follow-up round pushes), without a clone
+        (a test's shortcut, for tests that do not exercise git itself): the token must be a
+        live one of this twin that may write the repository, as smart HTTP demands; `branch`
+        is created or moved. The new commit's SHA."""
         status, message = self.git_access(
             "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode(), full_name, write=True
         )
@@ -276,6 +279,8 @@ class GitHubTwin(Running):
         with self._lock:
             repo = self._repo(full_name)
             parent = self._git.ref_sha(repo.owner, repo.name, repo.default_branch)
+            if on_branch:
+                parent = self._git.ref_sha(repo.owner, repo.name, branch) or parent
             if parent is None:
                 raise RuntimeError(f"{full_name} has no default branch")
             return self._git.commit(
