@@ -255,35 +255,28 @@ class RepositoryClient:
         """(head branch, head SHA) of pull request `number` of `repo` when its head is a branch
         of `repo` itself; None when there is no such pull request (an issue, say) or its head
         is a fork's."""
-        owner, name = split_repo(repo)
-        headers = self._api_headers(installation_id, repo)
-
-        def call() -> tuple[str, str] | None:
-            pull = self._gh.rest.pulls.get(owner, name, number, headers=headers).parsed_data
-            head_repo = pull.head.repo
-            if head_repo is None or head_repo.full_name.lower() != repo.lower():
-                return None
-            return pull.head.ref, pull.head.sha
-
-        try:
-            return self._call(f"read pull request {number} of {repo}", call)
-        except GitHubError as exc:
-            if exc.upstream_status == 404:
-                return None
-            raise
+        pull = self._own_pull(installation_id, repo, number)
+        return None if pull is None else (pull.head.ref, pull.head.sha)
 
     def branch_pull(self, installation_id: int, repo: str, number: int, branch: str) -> PullRef | None:
         """Pull request `number` of `repo` when its head is `branch` of `repo` itself; None
         when `repo` has no such pull request, or its head is another branch or a fork's."""
+        pull = self._own_pull(installation_id, repo, number)
+        if pull is None or pull.head.ref != branch:
+            return None
+        return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None, pull.head.sha)
+
+    def _own_pull(self, installation_id: int, repo: str, number: int) -> Any | None:
+        """Pull request `number` of `repo` as GitHub shows it, when its head is in `repo`."""
         owner, name = split_repo(repo)
         headers = self._api_headers(installation_id, repo)
 
-        def call() -> PullRef | None:
+        def call() -> Any | None:
             pull = self._gh.rest.pulls.get(owner, name, number, headers=headers).parsed_data
             head_repo = pull.head.repo
-            if pull.head.ref != branch or head_repo is None or head_repo.full_name.lower() != repo.lower():
+            if head_repo is None or head_repo.full_name.lower() != repo.lower():
                 return None
-            return PullRef(pull.number, pull.html_url, pull.state, pull.merged_at is not None, pull.head.sha)
+            return pull
 
         try:
             return self._call(f"read pull request {number} of {repo}", call)

@@ -258,27 +258,38 @@ class RuntimeService:
 
     def _round_failed(self, done: Task, now: datetime) -> None:
         """A round that failed says so on its pull request (the loop's one reply for it)."""
-        parent = self.tasks.get(done.parent or "")
         kind = round_failed_kind(done.id)
+        self._tell_parent(
+            done,
+            "follow_up_failed",
+            {"task_id": done.id, "round": done.round, "reason": done.reason},
+            sets=lambda current: {"pending_replies": [*current.pending_replies, kind]},
+            known=lambda current: kind in (*current.pending_replies, *current.replied),
+            now=now,
+        )
+
+    def _tell_parent(
+        self,
+        round_task: Task,
+        event: str,
+        data: dict[str, Any],
+        *,
+        sets: Callable[[Task], dict[str, Any]],
+        known: Callable[[Task], bool],
+        now: datetime,
+    ) -> None:
+        """Record what a round came to on the task it answers for, while that task is in review
+        and does not know it yet (a replayed ending writes nothing); it wakes the loop."""
+        parent = self.tasks.get(round_task.parent or "")
+        if parent is None:
+            return
 
         def admit(current: Task) -> None:
-            if current.status is not TaskStatus.REVIEW or kind in (
-                *current.pending_replies,
-                *current.replied,
-            ):
-                raise LifecycleError("nobody waits for this round's answer any more", field="status")
+            if current.status is not TaskStatus.REVIEW or known(current):
+                raise LifecycleError("the task left review, or knows this already", field="status")
 
-        if parent is not None:
-            with contextlib.suppress(LifecycleError):
-                self.tasks.append_event(
-                    parent,
-                    "follow_up_failed",
-                    {"task_id": done.id, "round": done.round, "reason": done.reason},
-                    now=now,
-                    admit=admit,
-                    sets=lambda current: {"pending_replies": [*current.pending_replies, kind]},
-                    wake=True,
-                )
+        with contextlib.suppress(LifecycleError):
+            self.tasks.append_event(parent, event, data, now=now, admit=admit, sets=sets, wake=True)
 
     def _answered(
         self,
@@ -295,22 +306,16 @@ class RuntimeService:
         is already what its parent knows as Steward's head."""
         if task.status is not TaskStatus.RUNNING:
             return {"status": task.status.value, "changed": False}
-        parent = self.tasks.get(task.parent or "")
-        if parent is not None and pull.head_sha:
-
-            def admit(current: Task) -> None:
-                if current.status is not TaskStatus.REVIEW or current.head_sha == pull.head_sha:
-                    raise LifecycleError("the task left review, or knows this head already", field="status")
-
-            with contextlib.suppress(LifecycleError):
-                self.tasks.append_event(
-                    parent,
-                    "follow_up_answered",
-                    {"task_id": task.id, "round": task.round, "head_sha": pull.head_sha},
-                    now=now,
-                    admit=admit,
-                    sets={"head_sha": pull.head_sha},
-                )
+        if pull.head_sha:
+            head = pull.head_sha
+            self._tell_parent(
+                task,
+                "follow_up_answered",
+                {"task_id": task.id, "round": task.round, "head_sha": head},
+                sets=lambda _current: {"head_sha": head},
+                known=lambda current: current.head_sha == head,
+                now=now,
+            )
         try:
             done, changed = self.tasks.transition(
                 task,
