@@ -662,3 +662,22 @@ def test_a_round_started_on_eight_threads_is_one_round_charged_once(loop: Loop) 
     assert [e["type"] for e in _events(loop, parent.id)].count("follow_up_started") == 1
     after = users.loop_state("alice")
     assert after.spawn_count == count_before + 1
+
+
+def test_a_round_beyond_the_tasks_approved_follow_ups_is_never_started(loop: Loop) -> None:
+    parent = _in_review_with_an_ask(loop)
+    plan = loop.services.plans.get("alice", "demo")
+    assert parent.follow_ups == 2  # the default, approved with the plan
+    beyond = round_for(parent, plan, parent.pending_asks[0], number=3, now=loop.clock())
+    loop.services.tables.table(TASKS).update_item(  # as if two rounds had run
+        Key={"task_id": parent.id},
+        UpdateExpression="SET rounds_used = :n",
+        ExpressionAttributeValues={":n": 2},
+    )
+    leased = loop.heartbeat.users.acquire_lease("alice", owner="test", now=loop.clock(), ttl=LEASE_TTL)
+    assert leased is not None
+    charge = SpawnCharge("2026-01-01", cap=100, same_day=False, lease_epoch=leased.lease_epoch)
+    with pytest.raises(SpawnRefused):
+        loop.tasks.start_round(loop.tasks.require(parent.id), beyond, now=loop.clock(), charge=charge)
+    assert loop.tasks.get(beyond.id) is None
+    assert loop.tasks.require(parent.id).rounds_used == 2

@@ -47,7 +47,7 @@ from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen
 from steward.adapters.user_store import spawn_charge_update, wake_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, LifecycleError, NotFound
-from steward.domain.follow_ups import REPLY_KINDS
+from steward.domain.follow_ups import REPLY_KINDS, reply_added
 from steward.domain.ids import live_shard
 from steward.domain.models import (
     TERMINAL_TASK_STATUSES,
@@ -272,8 +272,8 @@ class TaskStore:
         """Spawn follow-up round `round_task.round` of `parent` for the ask it carries, in one
         transaction: the round's task, the parent's `follow_up_started` event with the ask
         taken from its waiting asks and its rounds counted, and one spawn of the day's cap.
-        Holds only while the parent is in review, the ask still waits first and the rounds
-        used are one fewer; SpawnRefused (nothing written) otherwise. Returns (round, created):
+        Holds only while the parent is in review, the ask still waits first, the rounds used
+        are one fewer and the round is within the task's approved `follow_ups`; SpawnRefused (nothing written) otherwise. Returns (round, created):
         a replay finds the round."""
         key = (round_task.trigger or {}).get("round_key")
 
@@ -283,6 +283,7 @@ class TaskStore:
                 or not current.pending_asks
                 or current.pending_asks[0].get("round_key") != key
                 or current.rounds_used != round_task.round - 1
+                or (current.follow_ups is not None and round_task.round > current.follow_ups)
             ):
                 raise SpawnRefused("the ask was answered, or the task left review", reason="plan")
 
@@ -333,9 +334,7 @@ class TaskStore:
             changes: dict[str, Any] = {
                 "pending_asks": [dict(a) for a in current.pending_asks if a.get("round_key") != key]
             }
-            if reason in REPLY_KINDS and reason not in (*current.pending_replies, *current.replied):
-                changes["pending_replies"] = [*current.pending_replies, reason]
-            return changes
+            return changes | (reply_added(current, reason) if reason in REPLY_KINDS else {})
 
         try:
             return self.append_event(

@@ -28,8 +28,8 @@ from difflib import SequenceMatcher
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from steward.domain import lifecycle
-from steward.domain.document_limits import DEFAULT_FOLLOW_UPS
 from steward.domain.errors import LifecycleError
+from steward.domain.follow_ups import follow_ups_of
 from steward.domain.ids import item_key
 from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, Task, TaskStatus
 
@@ -334,7 +334,7 @@ def max_spend(plan: Plan) -> dict[str, Any]:
     fm = plan.front_matter
     budget = Decimal(str(fm.get("budget_usd", 0)))
     attempts = int(fm.get("max_attempts", 3))
-    follow_ups = int(fm.get("follow_ups", DEFAULT_FOLLOW_UPS))
+    follow_ups = follow_ups_of(fm)
     items = sum(1 for i in plan.items if not i.removed and i.status is ItemStatus.PENDING)
     return {
         "usd": str(items * budget * (attempts + follow_ups)),

@@ -86,6 +86,7 @@ from steward.adapters.git import (
 )
 from steward.adapters.github import PullRef, RepositoryClient
 from steward.domain.errors import StewardError
+from steward.domain.follow_ups import ASKED_BY
 from steward.domain.ids import branch_name
 from steward.domain.models import Task, TaskStatus, iso, utcnow
 from steward.domain.redaction import Redactor
@@ -103,7 +104,6 @@ STAGES = (
     "recheck_pull_request",
     "pull_request",
 )
-ROUND_STAGES = (*STAGES, "reply")  # a follow-up round's: its one comment on the pull request
 TASK_TRAILER = "Steward-Task"
 ARTIFACTS_DIR = "artifacts"
 MAX_DIFF_BYTES = 2 * 1024 * 1024
@@ -769,21 +769,13 @@ def round_marker(task_id: str) -> str:
     return f"<!-- steward-round: {task_id} -->"
 
 
-_ASKED_BY = {
-    "review": "the review requesting changes",
-    "mention": "the comment",
-    "check": "the failing check",
-    "conflict": "the conflict with the base branch",
-}
-
-
 def round_reply(
     task: Task, sha: str, summary: str, checks: Sequence[Mapping[str, Any]], cost_usd: Decimal
 ) -> str:
     """A follow-up round's comment on its pull request: what it answers, its commit, what it
     did (the run's summary), the checks table and the cost."""
     trigger = task.trigger or {}
-    asked = _ASKED_BY.get(str(trigger.get("kind")), "the request")
+    asked = ASKED_BY.get(str(trigger.get("kind")), "the request")
     if trigger.get("url"):
         asked = f"[{asked}]({trigger['url']})"
     if trigger.get("author"):

@@ -52,7 +52,7 @@ from steward.domain.errors import (
     TooLarge,
     Unauthorized,
 )
-from steward.domain.follow_ups import round_failed_kind
+from steward.domain.follow_ups import reply_added, round_failed_kind
 from steward.domain.models import Classification, Fault, Task, TaskStatus, iso, utcnow
 
 # githubkit is imported by the App only when a review ending is checked, and the stores by
@@ -263,8 +263,8 @@ class RuntimeService:
             done,
             "follow_up_failed",
             {"task_id": done.id, "round": done.round, "reason": done.reason},
-            sets=lambda current: {"pending_replies": [*current.pending_replies, kind]},
-            known=lambda current: kind in (*current.pending_replies, *current.replied),
+            sets=lambda current: reply_added(current, kind),
+            known=lambda current: not reply_added(current, kind),
             now=now,
         )
 

@@ -45,8 +45,10 @@ recorded as a `follow_up_refused` event instead. A second trigger with the same 
 redelivery under another id, a review's inline comment, a second failing check on one commit)
 changes nothing; each write is conditional on the task as it reads it, so nothing is recorded
 on a task that left review meanwhile, and a task holds at most MAX_FOLLOW_UP_KEYS asks. The
-texts kept are redacted. A conversation comment names only its pull request's number, not its branch:
-it is not correlated here yet. Starting the round is the loop's (not yet done).
+texts kept are redacted. An ask also joins the task's `pending_asks` and wakes the loop, which
+starts its round (README: "Follow-up rounds"); a refused person's ask decides a one-time reply.
+A conversation comment names only its pull request's number: once the delivery is known to be
+new, GitHub is asked for that pull request's head.
 
 Installations: each event is merged into the installation's stored merge state
 (`domain.webhooks.merge`, order-independent) under an optimistic version check, and the
@@ -76,6 +78,7 @@ from steward.domain.follow_ups import (
     Trigger,
     ask_problem,
     author_problem,
+    reply_added,
     trigger_branch,
     trigger_of,
     trigger_record,
@@ -103,13 +106,6 @@ from steward.domain.webhooks import (
     signature_matches,
 )
 from steward.services.installations import sync_installation
-
-
-def _reply_once(task: Task, kind: str | None) -> dict[str, Any]:
-    """The task's pending replies with `kind` added, unless it is pending or sent already."""
-    if kind is None or kind in (*task.pending_replies, *task.replied):
-        return {}
-    return {"pending_replies": [*task.pending_replies, kind]}
 
 
 class PullHeads(Protocol):
@@ -278,34 +274,35 @@ class WebhookReceiver:
         trigger = trigger_of(event_name, payload, app_slug=self.app_slug)
         if trigger is None:
             return self._ignored("asks for no follow-up", context)
+        return self._once(
+            delivery, event_name, context, lambda now, mark: self._trigger(trigger, now, mark, context)
+        )
+
+    def _headed(self, trigger: Trigger) -> tuple[Trigger, str] | str:
+        """The trigger with its pull request's head and the Steward branch it names, or why
+        not. A conversation comment names only its pull request's number: GitHub names its
+        head (asked only for a delivery not seen before)."""
         if trigger.head_ref is None and not trigger.branches and trigger.pull_number is not None:
-            # A conversation comment names only its pull request's number: GitHub names its head.
             if self.pulls is None or trigger.installation_id is None:
-                return self._ignored(
-                    "a comment's pull request is read with the GitHub App, unset here", context
-                )
+                return "a comment's pull request is read with the GitHub App, unset here"
             head = self.pulls().pull_head(trigger.installation_id, trigger.repository, trigger.pull_number)
             if head is None:
-                return self._ignored("its pull request's head is not a branch of the repository", context)
+                return "its pull request's head is not a branch of the repository"
             trigger = replace(trigger, head_ref=head[0], head_sha=head[1])
         branch = trigger_branch(trigger)
-        if branch is None:
-            return self._ignored("names no Steward branch", context)
-        return self._once(
-            delivery,
-            event_name,
-            context,
-            lambda now, mark: self._trigger(trigger, branch, now, mark, context),
-        )
+        return "names no Steward branch" if branch is None else (trigger, branch)
 
     def _trigger(
         self,
         trigger: Trigger,
-        branch: str,
         now: datetime,
         mark: Mapping[str, Any],
         context: Mapping[str, str],
     ) -> WebhookOutcome:
+        headed = self._headed(trigger)
+        if isinstance(headed, str):
+            return self._ignored(headed, context)
+        trigger, branch = headed
         task, problem = self._correlated(task_id_from_branch(branch), trigger.installation_id, trigger)
         if task is None:
             return self._ignored(problem, context)
@@ -334,34 +331,32 @@ class WebhookReceiver:
 
         # People paste credentials into reviews and CI prints them: nothing stored keeps one.
         data = Redactor().clean(trigger_record(trigger) | {"delivery": context["delivery"]})
+        if refused is None:
+            event, recorded = "follow_up_asked", data | {"round_key": key}
+
+            def sets(current: Task) -> dict[str, Any]:
+                return {
+                    "follow_up_keys": [*current.follow_up_keys, key],
+                    "pending_asks": [*current.pending_asks, recorded],
+                }
+        else:
+            event, recorded = "follow_up_refused", data | {"reason": refused}
+
+            def sets(current: Task) -> dict[str, Any]:
+                # A person is answered once that only collaborators can ask; a bot never is.
+                return {} if trigger.author_is_bot else reply_added(current, COLLABORATORS_ONLY)
+
         try:
-            if refused is not None:
-                self.tasks.append_event(
-                    task,
-                    "follow_up_refused",
-                    data | {"reason": refused},
-                    now=now,
-                    admit=admit,
-                    sets=lambda current: _reply_once(
-                        current, None if trigger.author_is_bot else COLLABORATORS_ONLY
-                    ),
-                    include=[mark],
-                    wake=not trigger.author_is_bot,
-                )
-            else:
-                self.tasks.append_event(
-                    task,
-                    "follow_up_asked",
-                    data | {"round_key": key},
-                    now=now,
-                    admit=admit,
-                    sets=lambda current: {
-                        "follow_up_keys": [*current.follow_up_keys, key],
-                        "pending_asks": [*current.pending_asks, data | {"round_key": key}],
-                    },
-                    include=[mark],
-                    wake=True,  # the loop starts the round
-                )
+            self.tasks.append_event(
+                task,
+                event,
+                recorded,
+                now=now,
+                admit=admit,
+                sets=sets,
+                include=[mark],
+                wake=refused is None or not trigger.author_is_bot,  # the loop starts the round or replies
+            )
         except _NotAsked as exc:
             return WebhookOutcome("unchanged", str(exc))
         if refused is not None:
