@@ -16,10 +16,13 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
+from steward.adapters.dynamo import Tables
+from steward.adapters.plan_store import PlanStore
 from steward.local.sample_repo import SAMPLE_REPO
 
 from tests.support.documents import document
 from tests.support.local_cli import STEWARD, clean_env, local_up
+from tests.support.rounds import FAILED_BECAUSE, FAILING_CHECK, PUSHED, REVIEWER, seed_rounds
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "console"
 # What a caller may send the login exchange instead of {"code": "<a code it was given>"}.
@@ -93,6 +96,17 @@ def api(stack: Stack, user: str = "alice") -> httpx.Client:
         base_url=stack.state["api_url"],
         headers={"Authorization": f"Bearer {stack.state['users'][user]}"},
         timeout=30,
+    )
+
+
+def tables(stack: Stack) -> Tables:
+    """The stack's tables, for what only the loop and the runtimes write (a task's rounds)."""
+    return Tables.connect(
+        stack.state["table_prefix"],
+        endpoint_url=stack.state["aws_endpoint_url"],
+        region_name=stack.state["region"],
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
     )
 
 
@@ -292,6 +306,50 @@ def test_confirm_from_the_review_page_then_watch_the_task_reach_review_and_merge
     page.goto(f"{stack.state['console_url']}#/plans/console-demo")
     expect(page.locator("table.items")).to_be_visible()
     expect(page.locator(".earlier-review")).to_have_count(0)
+    page.close()
+
+
+def test_a_tasks_page_lists_its_rounds_and_a_rounds_page_links_back(browser: Browser, stack: Stack) -> None:
+    """An item's task merged after two follow-up rounds (seeded as the loop and the runtimes
+    leave them): its page lists each round with what asked for it, its status, the commit it
+    pushed once answered, its checks and its cost; a round's page links back to it."""
+    publish(stack, "console-rounds", DEMO_ITEM)  # not confirmed: the loop spawns nothing of it
+    seeded = seed_rounds(
+        tables(stack),
+        PlanStore(tables(stack)).require("alice", "console-rounds"),
+        pr_base=stack.state["github_url"],
+    )
+    page = signed_in(browser, stack, "alice")
+    page.goto(f"{stack.state['console_url']}#/tasks/{seeded.parent.id}")
+    expect(page.locator("#rounds-used")).to_have_text("2 of 2 used")
+    expect(page.locator("#summary")).not_to_contain_text("null")  # an ending without a reason says nothing
+    rows = page.locator("#rounds tbody tr")
+    expect(rows).to_have_count(2)
+    answered, failed = rows.nth(0), rows.nth(1)
+    expect(answered.locator(".round-link")).to_have_text("round 1")
+    expect(answered.locator(".trigger")).to_have_text(f"review requesting changes by @{REVIEWER}")
+    expect(answered.locator(".trigger a")).to_have_attribute(
+        "href", f"{seeded.parent.pr_url}#pullrequestreview-11"
+    )
+    expect(answered.locator(".status")).to_have_text("answered")
+    expect(answered.locator("td.commit")).to_have_text(PUSHED[:7])
+    expect(answered.locator("td.commit code")).to_have_attribute("title", PUSHED)
+    expect(answered.locator(".round-checks")).to_have_text("python -m pytest -q — passed")
+    expect(answered.locator("td.cost")).to_have_text("$0.0123 of $0.50")
+    expect(failed.locator(".trigger")).to_have_text(f"failing check {FAILING_CHECK} (failure)")
+    expect(failed.locator(".status")).to_have_text("failed")
+    expect(failed).to_contain_text(FAILED_BECAUSE)
+    expect(failed.locator("td.commit")).to_have_text("none")  # it pushed nothing
+    expect(failed.locator(".round-checks")).to_have_text("python -m pytest -q — failed")
+    expect(failed.locator("td.cost")).to_have_text("$0.0456 of $0.50")
+    shot(page, "task-rounds")
+    answered.locator(".round-link").click()
+    expect(page.locator("#round-of")).to_have_text(f"1 of task {seeded.parent.id}")
+    expect(page.locator("#summary h1 .status")).to_have_text("answered")
+    expect(page.locator("#checks")).to_have_text("python -m pytest -q — passed")  # its own events
+    expect(page.locator("#rounds")).to_have_count(0)  # a round has no rounds of its own
+    page.locator("#round-of a").click()
+    expect(page.locator("#rounds tbody tr")).to_have_count(2)
     page.close()
 
 

@@ -24,6 +24,7 @@ from steward.wiring import Services
 from tests.support.documents import DOCUMENT_REPO, document, numbered
 from tests.support.installations import link_installation
 from tests.support.plans import spawn_item
+from tests.support.rounds import ASKED_ON, FAILED_BECAUSE, FAILING_CHECK, PUSHED, REVIEWER, seed_rounds
 
 PLAN_KEYS = {"id", "slug", "status", "repo", "title", "content_hash", "items", "created_at", "updated_at"}
 TASK_KEYS = {"id", "plan_slug", "ordinal", "attempt", "status", "classification", "branch", "pr_url"}
@@ -395,6 +396,71 @@ def test_cancel_and_retry(alice: Api, backend: Services) -> None:
     assert retried.status_code == 202
     item = alice("GET", "/v1/plans/cancel-me").json()["items"][0]
     assert (item["status"], item["task_id"]) == ("pending", task.id)
+
+
+def test_a_tasks_rounds_say_what_asked_what_they_pushed_their_checks_and_cost(
+    alice: Api, bob: Api, backend: Services
+) -> None:
+    """`GET /v1/tasks/{id}/rounds`: each round of the task, oldest first, with what asked for
+    it (not the ask's text), the commit it pushed once answered, its required checks with
+    their last verdicts, and its cost; nothing for a task without rounds, 404 for another's."""
+    from steward.domain.models import iso  # noqa: PLC0415
+
+    alice("PUT", "/v1/plans/with-rounds", {"markdown": document("Add subtract")})
+    seeded = seed_rounds(backend.tables, backend.plans.get("alice", "with-rounds"))
+    answer = alice("GET", f"/v1/tasks/{seeded.parent.id}/rounds")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["task_id"], body["rounds_used"], body["follow_ups"]) == (seeded.parent.id, 2, 2)
+    one, two = body["rounds"]
+    assert one == {
+        "id": seeded.answered.id,
+        "round": 1,
+        "status": "answered",
+        "classification": None,
+        "reason": None,
+        "trigger": {
+            "kind": "review",
+            "source": "review:11",
+            "author": REVIEWER,
+            "check_name": None,
+            "conclusion": None,
+            "url": f"{seeded.parent.pr_url}#pullrequestreview-11",
+            "head_sha": ASKED_ON,
+        },
+        "commit": PUSHED,
+        "checks": [{"command": "pytest -q", "passed": True}],  # failed, then repaired
+        "cost_usd": "0.0123",
+        "budget_usd": str(seeded.answered.budget_usd),
+        "created_at": iso(seeded.answered.created_at),
+        "updated_at": iso(seeded.answered.updated_at),
+    }
+    assert "body" not in one["trigger"]
+    assert (two["id"], two["round"], two["status"], two["classification"], two["reason"]) == (
+        seeded.failed.id,
+        2,
+        "failed",
+        "final",
+        FAILED_BECAUSE,
+    )
+    assert two["trigger"] == {
+        "kind": "check",
+        "source": "check_run:21",
+        "author": None,
+        "check_name": FAILING_CHECK,
+        "conclusion": "failure",
+        "url": None,
+        "head_sha": PUSHED,
+    }
+    assert (two["commit"], two["checks"], two["cost_usd"]) == (  # it pushed nothing
+        None,
+        [{"command": "pytest -q", "passed": False}],
+        "0.0456",
+    )
+    # A round has no rounds of its own; another user's task is not found.
+    assert alice("GET", f"/v1/tasks/{seeded.answered.id}/rounds").json()["rounds"] == []
+    assert bob("GET", f"/v1/tasks/{seeded.parent.id}/rounds").status_code == 404
+    assert bob("GET", f"/v1/tasks/{seeded.answered.id}/rounds").status_code == 404
 
 
 def test_loop_settings(stack: LocalStack) -> None:

@@ -873,6 +873,344 @@ def test_a_person_pushes_onto_a_pull_requests_branch_and_github_says_synchronize
     assert refused.value.status == 422
 
 
+# -- reading reviews, comments, checks and statuses back (what resync polls) ----------------------
+
+
+def next_second() -> None:
+    """Wait into the next whole second: GitHub's times are whole seconds, so a later change
+    shows (in `updated_at`, `since` and an ETag) only from the next second on."""
+    time.sleep(1.02 - time.time() % 1)
+
+
+def test_reviews_and_comments_are_read_back_as_the_rest_api_lists_them(
+    twin: GitHubTwin, seeded: int, tmp_path: Path
+) -> None:
+    """The reviews (REST says the state in capitals, where the webhook said it in lower
+    case), each review's inline comments, every inline comment and every conversation
+    comment, oldest first, and with `since` only those updated at or after it."""
+    number = open_pull(twin, seeded, tmp_path)
+    head = twin.pull("acme/widgets", number)["head"]["sha"]
+    first = twin.review(
+        "acme/widgets",
+        number,
+        body="Handle negatives.",
+        comments=[("a.txt", 1, "a constant here"), ("a.txt", 1, "and a name")],
+    )
+    assert first["state"] == "changes_requested"  # the webhook's
+    second = twin.review("acme/widgets", number, state="approved", login=DRIVE_BY_LOGIN)
+    twin.comment("acme/widgets", number, "@steward rename x")
+    gh = token_client(twin, twin.create_token(seeded, permissions={"pull_requests": "read"}))
+
+    listed = gh.rest.pulls.list_reviews("acme", "widgets", number)
+    assert [(r.id, r.state, r.body, r.commit_id) for r in listed.parsed_data] == [
+        (first["id"], "CHANGES_REQUESTED", "Handle negatives.", head),
+        (second["id"], "APPROVED", "", head),  # an empty body is "" in REST, null in the webhook
+    ]
+    raw = listed.json()[0]
+    assert raw["submitted_at"] == first["submitted_at"]
+    assert (raw["user"]["login"], raw["author_association"]) == (REVIEWER_LOGIN, "COLLABORATOR")
+    assert raw["html_url"] == f"{twin.url}/acme/widgets/pull/{number}#pullrequestreview-{first['id']}"
+    assert raw["pull_request_url"] == f"{twin.url}/repos/acme/widgets/pulls/{number}"
+    assert listed.json()[1]["author_association"] == "NONE"
+    paged = httpx.get(
+        f"{twin.url}/repos/acme/widgets/pulls/{number}/reviews",
+        params={"per_page": 1},
+        headers={"Authorization": f"token {twin.create_token(seeded)}"},
+    )
+    assert [r["id"] for r in paged.json()] == [first["id"]]
+    assert 'rel="next"' in paged.headers["link"]
+
+    of_first = gh.rest.pulls.list_comments_for_review("acme", "widgets", number, first["id"])
+    assert [(c.path, c.line, c.body, c.pull_request_review_id) for c in of_first.parsed_data] == [
+        ("a.txt", 1, "a constant here", first["id"]),
+        ("a.txt", 1, "and a name", first["id"]),
+    ]
+    inline = of_first.json()[0]
+    assert {
+        "id",
+        "pull_request_review_id",
+        "path",
+        "line",
+        "original_line",
+        "diff_hunk",
+        "body",
+        "user",
+        "author_association",
+        "commit_id",
+        "created_at",
+        "updated_at",
+        "html_url",
+    } <= set(inline)
+    assert (inline["commit_id"], inline["user"]["login"]) == (head, REVIEWER_LOGIN)
+    assert gh.rest.pulls.list_comments_for_review("acme", "widgets", number, second["id"]).parsed_data == []
+    with pytest.raises(RequestFailed) as unknown:
+        gh.rest.pulls.list_comments_for_review("acme", "widgets", number, 99)
+    assert unknown.value.response.status_code == 404
+    everything = gh.rest.pulls.list_review_comments("acme", "widgets", number).parsed_data
+    assert [c.body for c in everything] == ["a constant here", "and a name"]
+
+    next_second()
+    later = twin.review(
+        "acme/widgets", number, state="commented", body="", comments=[("a.txt", 1, "one more")]
+    )
+    twin.comment("acme/widgets", number, "@steward and rename y")
+    since = later["submitted_at"]  # the time a client saw: whole seconds
+    newer = gh.rest.pulls.list_review_comments(
+        "acme", "widgets", number, since=datetime.fromisoformat(since)
+    ).parsed_data
+    assert [c.body for c in newer] == ["one more"]
+    assert [c.body for c in gh.rest.pulls.list_review_comments("acme", "widgets", number).parsed_data] == [
+        "a constant here",
+        "and a name",
+        "one more",
+    ]
+    said = gh.rest.issues.list_comments("acme", "widgets", number, since=datetime.fromisoformat(since))
+    assert [c.body for c in said.parsed_data] == ["@steward and rename y"]
+    assert [c.body for c in gh.rest.issues.list_comments("acme", "widgets", number).parsed_data] == [
+        "@steward rename x",
+        "@steward and rename y",
+    ]
+    auth = {"Authorization": f"token {twin.create_token(seeded)}"}
+    for path in (f"pulls/{number}/comments", f"issues/{number}/comments"):
+        url = f"{twin.url}/repos/acme/widgets/{path}"
+        assert httpx.get(url, params={"since": since}, headers=auth).json()[0]["updated_at"] == since
+        assert httpx.get(url, params={"since": "2999-01-01T00:00:00Z"}, headers=auth).json() == []
+        assert httpx.get(url, params={"since": "yesterday"}, headers=auth).status_code == 422
+    assert [r.state for r in gh.rest.pulls.list_reviews("acme", "widgets", number).parsed_data][-1] == (
+        "COMMENTED"
+    )
+
+
+def test_check_runs_of_a_commit_latest_or_all_by_sha_and_by_branch(
+    twin: GitHubTwin, seeded: int, tmp_path: Path
+) -> None:
+    """`twin.check` keeps its runs: a commit's check runs, each check's latest by default
+    (`filter=all` every run, newest first), by `check_name`, asked by SHA or by branch."""
+    number = open_pull(twin, seeded, tmp_path)
+    head = twin.pull("acme/widgets", number)["head"]["sha"]
+    lint_failed = twin.check("acme/widgets", number, name="lint", conclusion="failure", output="E501")
+    lint_passed = twin.check("acme/widgets", number, name="lint", conclusion="success")
+    tests_failed = twin.check("acme/widgets", number, name="tests", conclusion="failure")
+    on_main = twin.check("acme/widgets", number, name="lint", conclusion="failure", ref="main")
+    gh = token_client(twin, twin.create_token(seeded, permissions={"checks": "read"}))
+
+    latest = gh.rest.checks.list_for_ref("acme", "widgets", head)
+    assert latest.parsed_data.total_count == 2
+    assert [(r.id, r.name, r.conclusion) for r in latest.parsed_data.check_runs] == [
+        (tests_failed["id"], "tests", "failure"),
+        (lint_passed["id"], "lint", "success"),
+    ]
+    run = latest.json()["check_runs"][0]
+    assert run["check_suite"] == {"id": tests_failed["check_suite"]["id"]}  # REST: the suite's id
+    assert run["head_sha"] == head
+    assert [p["number"] for p in run["pull_requests"]] == [number]
+    every = gh.rest.checks.list_for_ref("acme", "widgets", head, filter_="all").parsed_data
+    assert (every.total_count, [r.id for r in every.check_runs]) == (
+        3,
+        [tests_failed["id"], lint_passed["id"], lint_failed["id"]],
+    )
+    named = gh.rest.checks.list_for_ref("acme", "widgets", head, check_name="lint", filter_="all")
+    assert [(r.conclusion, r.output.summary) for r in named.parsed_data.check_runs] == [
+        ("success", None),
+        ("failure", "E501"),
+    ]
+    only_latest = gh.rest.checks.list_for_ref("acme", "widgets", head, check_name="lint").parsed_data
+    assert [r.id for r in only_latest.check_runs] == [lint_passed["id"]]
+
+    by_branch = gh.rest.checks.list_for_ref("acme", "widgets", "steward/a")  # a branch with a slash
+    assert by_branch.json() == latest.json()
+    main = gh.rest.checks.list_for_ref("acme", "widgets", "main").parsed_data
+    assert [(r.id, r.pull_requests) for r in main.check_runs] == [(on_main["id"], [])]
+    assert gh.rest.checks.list_for_ref("acme", "widgets", head[:12]).json() == latest.json()
+
+    auth = {"Authorization": f"token {twin.create_token(seeded)}"}
+    url = f"{twin.url}/repos/acme/widgets/commits/{head}/check-runs"
+    paged = httpx.get(url, params={"filter": "all", "per_page": 2, "page": 2}, headers=auth)
+    assert (paged.json()["total_count"], [r["id"] for r in paged.json()["check_runs"]]) == (
+        3,
+        [lint_failed["id"]],
+    )
+    assert 'rel="prev"' in paged.headers["link"]
+    assert httpx.get(url, params={"filter": "newest"}, headers=auth).status_code == 422
+    missing = httpx.get(f"{twin.url}/repos/acme/widgets/commits/no-such-branch/check-runs", headers=auth)
+    assert (missing.status_code, missing.json()["message"]) == (
+        422,
+        "No commit found for SHA: no-such-branch",
+    )
+
+
+def test_a_commit_status_is_sent_as_github_sends_it_and_combined(
+    twin: GitHubTwin, receiver: Receiver, seeded: int, tmp_path: Path
+) -> None:
+    """A CI's commit status on the pull request's head: a `status` delivery that parses as
+    GitHub's schema says and carries the keys GitHub's own delivery carries, and the
+    commit's combined status (the latest of each context) through the REST API."""
+    number = open_pull(twin, seeded, tmp_path)
+    head = twin.pull("acme/widgets", number)["head"]["sha"]
+    building = admin.status(
+        twin.url, "acme/widgets", number, context="ci/build", state="pending", description="Building"
+    )
+    twin.status("acme/widgets", number, context="ci/lint", state="success")
+    assert twin.wait_for_deliveries()
+
+    delivered = [r for r in receiver.received if r.headers["x-github-event"] == "status"]
+    assert len(delivered) == 2
+    for received in delivered:
+        verify(received)
+        githubkit.webhooks.parse("status", received.body)
+    payload = json.loads(delivered[0].body)
+    real = real_payload("octokit.status.with-installation.json")
+    assert set(real) <= set(payload), set(real) - set(payload)
+    assert "action" not in payload  # a status event has none
+    assert set(real["commit"]) <= set(payload["commit"])
+    assert set(real["commit"]["commit"]) <= set(payload["commit"]["commit"])
+    assert set(real["branches"][0]) <= set(payload["branches"][0])
+    assert (payload["id"], payload["sha"], payload["name"]) == (building["id"], head, "acme/widgets")
+    assert (payload["context"], payload["state"], payload["description"]) == (
+        "ci/build",
+        "pending",
+        "Building",
+    )
+    assert payload["commit"]["sha"] == head
+    assert payload["commit"]["parents"][0]["sha"] == twin.branch_sha("acme/widgets", "main")
+    assert payload["branches"] == [
+        {
+            "name": "steward/a",
+            "commit": {"sha": head, "url": f"{twin.url}/repos/acme/widgets/commits/{head}"},
+            "protected": False,
+        }
+    ]
+    assert payload["created_at"].endswith("+00:00")  # as GitHub writes a status event's times
+    assert (payload["installation"]["id"], payload["sender"]["login"]) == (seeded, "twin-ci[bot]")
+    assert json.loads(delivered[1].body)["description"] is None
+
+    gh = token_client(twin, twin.create_token(seeded, permissions={"statuses": "read"}))
+    combined = gh.rest.repos.get_combined_status_for_ref("acme", "widgets", head)
+    assert (combined.parsed_data.state, combined.parsed_data.sha, combined.parsed_data.total_count) == (
+        "pending",
+        head,
+        2,
+    )
+    assert [(s.context, s.state) for s in combined.parsed_data.statuses] == [
+        ("ci/lint", "success"),
+        ("ci/build", "pending"),
+    ]
+    body = combined.json()
+    assert body["url"] == f"{twin.url}/repos/acme/widgets/commits/{head}/status"
+    assert body["commit_url"] == f"{twin.url}/repos/acme/widgets/commits/{head}"
+    assert body["repository"]["full_name"] == "acme/widgets"
+    assert body["statuses"][1] == building
+
+    twin.status("acme/widgets", number, context="ci/build", state="failure", description="2 failed")
+    failed = gh.rest.repos.get_combined_status_for_ref("acme", "widgets", "steward/a").parsed_data
+    assert (failed.state, failed.total_count) == ("failure", 2)  # the latest of each context
+    assert [(s.context, s.state) for s in failed.statuses] == [
+        ("ci/build", "failure"),
+        ("ci/lint", "success"),
+    ]
+    twin.status("acme/widgets", number, context="ci/build", state="success")
+    assert gh.rest.repos.get_combined_status_for_ref("acme", "widgets", head).parsed_data.state == "success"
+    twin.status("acme/widgets", number, context="ci/deploy", state="error")
+    assert gh.rest.repos.get_combined_status_for_ref("acme", "widgets", head).parsed_data.state == "failure"
+    none = gh.rest.repos.get_combined_status_for_ref("acme", "widgets", "main").parsed_data
+    assert (none.state, none.total_count, none.statuses) == ("pending", 0, [])
+    with pytest.raises(RequestFailed) as missing:
+        gh.rest.repos.get_combined_status_for_ref("acme", "widgets", "no-such-branch")
+    assert missing.value.response.status_code == 404
+    with pytest.raises(admin.AdminError) as refused:
+        admin.status(twin.url, "acme/widgets", number, context="ci/build", state="passed")
+    assert refused.value.status == 422
+
+
+def test_a_review_or_a_comment_moves_the_pull_request_and_a_check_or_a_status_does_not(
+    twin: GitHubTwin, seeded: int, tmp_path: Path
+) -> None:
+    """GitHub moves a pull request's `updated_at` when a review or a comment comes, so the
+    conditional listing a poller makes answers 200, not 304; a check run or a commit
+    status on its head leaves the pull request as it was."""
+    number = open_pull(twin, seeded, tmp_path)
+    token = twin.create_token(seeded)
+    twin.push(token, "acme/widgets", "steward/b", {"b.txt": "b\n"})
+    gh = token_client(twin, token)  # held while its namespace is used
+    other = gh.rest.pulls.create(
+        "acme", "widgets", title="B", head="steward/b", base="main"
+    ).parsed_data.number
+    auth = {"Authorization": f"token {token}"}
+    url = f"{twin.url}/repos/acme/widgets/pulls"
+    before = httpx.get(url, headers=auth)
+    stamps = {p["number"]: p["updated_at"] for p in before.json()}
+
+    def listing(etag: str) -> httpx.Response:
+        return httpx.get(url, headers={**auth, "If-None-Match": etag})
+
+    next_second()
+    twin.check("acme/widgets", number, name="lint", conclusion="failure")
+    twin.status("acme/widgets", number, context="ci", state="failure")
+    assert listing(before.headers["etag"]).status_code == 304
+    assert twin.pull("acme/widgets", number)["updated_at"] == stamps[number]
+
+    twin.review("acme/widgets", number, body="Please rename.")
+    reviewed = listing(before.headers["etag"])
+    assert reviewed.status_code == 200
+    moved = {p["number"]: p["updated_at"] for p in reviewed.json()}
+    assert moved[number] > stamps[number]
+    assert listing(reviewed.headers["etag"]).status_code == 304
+    twin.comment("acme/widgets", other, "@steward and this one")
+    commented = listing(reviewed.headers["etag"])
+    assert commented.status_code == 200
+    assert {p["number"]: p["updated_at"] for p in commented.json()}[other] > stamps[other]
+
+
+def test_reads_of_reviews_comments_checks_and_statuses_need_a_token_that_reaches_the_repository(
+    twin: GitHubTwin, seeded: int, tmp_path: Path
+) -> None:
+    number = open_pull(twin, seeded, tmp_path)
+    head = twin.pull("acme/widgets", number)["head"]["sha"]
+    review = twin.review("acme/widgets", number, comments=[("a.txt", 1, "x")])
+    twin.check("acme/widgets", number, name="lint", conclusion="failure")
+    twin.status("acme/widgets", number, context="ci", state="failure")
+    api = f"{twin.url}/repos/acme/widgets"
+    needs = {
+        f"{api}/pulls/{number}/reviews": "pull_requests",
+        f"{api}/pulls/{number}/reviews/{review['id']}/comments": "pull_requests",
+        f"{api}/pulls/{number}/comments": "pull_requests",
+        f"{api}/issues/{number}/comments": "pull_requests",
+        f"{api}/commits/{head}/check-runs": "checks",
+        f"{api}/commits/{head}/status": "statuses",
+    }
+    full = twin.create_token(seeded)
+    elsewhere = twin.create_token(seeded, repositories=["gadgets"])
+    stranger = twin.create_token(_other_installation(twin))
+    expired = twin.create_token(seeded)
+    twin.expire_token(expired)
+    lacking = {
+        permission: twin.create_token(
+            seeded, permissions=dict.fromkeys({"pull_requests", "checks", "statuses"} - {permission}, "read")
+        )
+        for permission in set(needs.values())
+    }
+    with httpx.Client() as client:
+
+        def status(url: str, authorization: str | None) -> int:
+            headers = {} if authorization is None else {"Authorization": authorization}
+            return client.get(url, headers=headers).status_code
+
+        for url, permission in needs.items():
+            assert status(url, f"token {full}") == 200, url
+            assert status(url, None) == 401, url
+            assert status(url, "token ghs_not-a-token") == 401, url
+            assert status(url, f"token {expired}") == 401, url
+            assert status(url, f"Bearer {elsewhere}") == 404, url  # not a repository it reaches
+            assert status(url, f"token {stranger}") == 404, url
+            refused = client.get(url, headers={"Authorization": f"token {lacking[permission]}"})
+            assert (refused.status_code, refused.json()["message"]) == (
+                403,
+                "Resource not accessible by integration",
+            ), url
+        twin.suspend(seeded)
+        assert status(f"{api}/commits/{head}/status", f"token {full}") == 403
+
+
 def test_no_pull_request_events_while_suspended(
     twin: GitHubTwin, receiver: Receiver, seeded: int, tmp_path: Path
 ) -> None:

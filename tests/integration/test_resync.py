@@ -6,15 +6,17 @@ move a task."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from steward.adapters.delivery_store import DeliveryStore
-from steward.adapters.github import GitHubApp, InstallationRead, PullObservation
+from steward.adapters.github import ConditionalRead, GitHubApp, InstallationRead, PullObservation
 from steward.adapters.installation_store import InstallationStore
 from steward.domain.installations import Installation
 from steward.domain.models import ItemStatus, PlanStatus, Task, TaskStatus, utcnow
@@ -22,6 +24,7 @@ from steward.domain.resync import ResyncPolicy
 from steward.domain.webhooks import WebhookSecret
 from steward.local.github_twin import GitHubTwin
 from steward.services.heartbeat import Outcome
+from steward.services.replies import Replies
 from steward.services.resync import Resync
 from steward.services.webhooks import WebhookReceiver
 from steward.wiring import Services
@@ -54,6 +57,32 @@ class CountingGitHub:
         seen = self.app.observe_pull(installation_id, repo, branch, etag=etag)
         self.answers["304" if not seen.changed else "200"] += 1
         return seen
+
+    def _conditional(self, what: str, read: ConditionalRead) -> ConditionalRead:
+        self.answers[what + (" 304" if not read.changed else " 200")] += 1
+        return read
+
+    def check_runs(
+        self, installation_id: int, repo: str, ref: str, *, etag: str | None = None, name: str | None = None
+    ) -> ConditionalRead:
+        return self._conditional(
+            "checks", self.app.check_runs(installation_id, repo, ref, etag=etag, name=name)
+        )
+
+    def commit_statuses(
+        self, installation_id: int, repo: str, ref: str, *, etag: str | None = None
+    ) -> ConditionalRead:
+        return self._conditional("statuses", self.app.commit_statuses(installation_id, repo, ref, etag=etag))
+
+    def __getattr__(self, name: str) -> Any:
+        # reviews, review_comments, issue_comments, pull_base: counted as one call each
+        method = getattr(self.app, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.answers[name] += 1
+            return method(*args, **kwargs)
+
+        return counted
 
     @property
     def calls(self) -> int:
@@ -91,6 +120,7 @@ def loop(services: Services, installation: int, github: CountingGitHub) -> Loop:
     loop.heartbeat.resync = Resync(
         loop.tasks, installations, github=lambda: github, policy=ResyncPolicy(period=PERIOD, max_calls=20)
     )
+    loop.heartbeat.replies = Replies(loop.tasks, installations, github=lambda: github.app)
     loop.settings("alice", interval_seconds=1, max_parallel=100, daily_spawn_cap=200)
     return loop
 
@@ -125,11 +155,10 @@ def pull_request_opened(
     return task, pull.number
 
 
-def in_review(loop: Loop, task: Task, number: int) -> Task:
-    """The runtime records the pull request, as publication does."""
-    task, _ = loop.tasks.transition(
-        task, TaskStatus.REVIEW, now=loop.clock(), event="finished", extra={"pr_number": number}
-    )
+def in_review(loop: Loop, task: Task, number: int, head_sha: str | None = None) -> Task:
+    """The runtime records the pull request (and the head it pushed), as publication does."""
+    extra: dict[str, Any] = {"pr_number": number} | ({"head_sha": head_sha} if head_sha else {})
+    task, _ = loop.tasks.transition(task, TaskStatus.REVIEW, now=loop.clock(), event="finished", extra=extra)
     loop.tasks.project_item(task, now=loop.clock())
     return task
 
@@ -258,3 +287,126 @@ def test_deliveries_stamped_alike_that_disagree_are_settled_by_reading_github(
     )
     receiver.receive(again.body, again.headers)
     assert InstallationStore(loop.services.tables).get(installation) == refreshed
+
+
+# ---- follow-up asks whose deliveries were lost
+
+
+def reviewed(loop: Loop, github: CountingGitHub, installation: int, tmp_path: Path) -> tuple[Task, int]:
+    """A task in review with its pull request open, the head Steward pushed recorded, and the
+    period passed since (GitHub's deliveries are all withheld)."""
+    running, number = pull_request_opened(loop, github, installation, tmp_path)
+    head = github.app.pull_head(installation, REPO, number)
+    assert head is not None
+    task = in_review(loop, running, number, head_sha=head[1])
+    tick(loop)  # the move to review woke the loop
+    return task, number
+
+
+def follow_ups(loop: Loop, task: Task) -> list[dict[str, Any]]:
+    events = loop.services.tasks.events.list(task.id, after=0, limit=200)
+    return [e for e in events if e["type"].startswith("follow_up")]
+
+
+def resynced(loop: Loop) -> None:
+    loop.clock.advance(PERIOD.total_seconds())
+    tick(loop)
+
+
+def test_a_review_whose_delivery_was_lost_starts_its_round_through_resync_with_its_inline_comments(
+    loop: Loop, twin: GitHubTwin, github: CountingGitHub, installation: int, tmp_path: Path
+) -> None:
+    task, number = reviewed(loop, github, installation, tmp_path)
+    twin.review(
+        REPO, number, body="Please say what it returns.", comments=[("README.md", 1, "Name the unit")]
+    )
+    assert twin.deliveries[-1].error == "withheld"
+    resynced(loop)  # the ask is recorded and wakes the loop; the round starts on the next tick
+    [asked] = [e for e in follow_ups(loop, task) if e["type"] == "follow_up_asked"]
+    assert asked["data"]["found_by"] == "resync"
+    assert asked["data"]["body"] == "Please say what it returns."
+    assert [(c["path"], c["line"], c["body"]) for c in asked["data"]["comments"]] == [
+        ("README.md", 1, "Name the unit")
+    ]
+    tick(loop)
+    [round_task] = [t for t in live(loop) if t.parent == task.id]
+    assert round_task.trigger is not None
+    assert round_task.trigger["source"] == asked["data"]["source"]
+    resynced(loop)  # the next period reads nothing new: the review is not asked again
+    resynced(loop)
+    assert [e["type"] for e in follow_ups(loop, task)] == ["follow_up_asked", "follow_up_started"]
+
+
+def test_a_review_both_delivered_and_resynced_is_recorded_once(
+    loop: Loop, twin: GitHubTwin, github: CountingGitHub, installation: int, tmp_path: Path
+) -> None:
+    """A mention by a person who may not ask, sent and read again: one refusal, one reply."""
+    task, number = reviewed(loop, github, installation, tmp_path)
+    twin.comment(REPO, number, "@steward please rename it", login="drive-by")
+    receiver = WebhookReceiver(
+        secret=WebhookSecret(SECRET),
+        deliveries=DeliveryStore(loop.services.tables),
+        tasks=loop.tasks,
+        installations=InstallationStore(loop.services.tables),
+        pulls=lambda: github.app,
+    )
+    sent = twin.deliveries[-1]  # withheld: the test hands it to the receiver itself
+    item = delivery(sent.event, json.loads(sent.body), delivery_id=sent.delivery_id, secret=SECRET)
+    assert receiver.receive(item.body, item.headers).status == "applied"
+    resynced(loop)
+    resynced(loop)
+    assert [(e["type"], e["data"].get("reason")) for e in follow_ups(loop, task)] == [
+        ("follow_up_refused", "only collaborators of the repository can ask Steward for a change"),
+        ("follow_up_replied", None),
+    ]
+
+
+def test_a_failing_check_is_found_by_resync_and_one_failing_on_the_base_too_is_refused_once(
+    loop: Loop, twin: GitHubTwin, github: CountingGitHub, installation: int, tmp_path: Path
+) -> None:
+    task, number = reviewed(loop, github, installation, tmp_path)
+    twin.check(REPO, number, name="lint", conclusion="failure", output="E501 line too long")
+    twin.check(REPO, number, name="lint", conclusion="failure", output="E501 line too long", ref="main")
+    resynced(loop)
+    [asked] = [e for e in follow_ups(loop, task) if e["type"] == "follow_up_asked"]
+    assert (asked["data"]["check_name"], asked["data"]["fails_on_base"]) == ("lint", True)
+    tick(loop)  # the loop refuses it (no round) and says so once on the pull request
+    assert not [t for t in live(loop) if t.parent == task.id]
+    resynced(loop)
+    types = [(e["type"], e["data"].get("reason"), e["data"].get("kind")) for e in follow_ups(loop, task)]
+    assert types == [
+        ("follow_up_asked", None, "check"),
+        ("follow_up_refused", "fails_on_base", None),
+        ("follow_up_replied", None, "fails_on_base"),
+    ]
+    [reply] = [c for c in twin.comments(REPO, number) if "steward-reply" in c["body"]]
+    assert "fails on its base branch too" in reply["body"]
+
+
+def test_a_failing_check_only_on_the_pull_request_starts_a_round(
+    loop: Loop, twin: GitHubTwin, github: CountingGitHub, installation: int, tmp_path: Path
+) -> None:
+    task, number = reviewed(loop, github, installation, tmp_path)
+    twin.check(REPO, number, name="tests", conclusion="success", ref="main")
+    twin.check(REPO, number, name="tests", conclusion="failure", output="1 failed")
+    twin.status(REPO, number, context="ci/legacy", state="error", description="build broke")
+    resynced(loop)
+    asked = [e["data"] for e in follow_ups(loop, task) if e["type"] == "follow_up_asked"]
+    assert [(a["check_name"], a.get("fails_on_base", False)) for a in asked] == [("tests", False)]
+    # the status failed on the same commit: one round per (head, kind), recorded once
+    assert len(loop.tasks.require(task.id).follow_up_keys) == 1
+    tick(loop)
+    assert [t.round for t in live(loop) if t.parent == task.id] == [1]
+
+
+def test_resync_of_pull_requests_in_review_with_nothing_new_costs_three_conditional_calls_each(
+    loop: Loop, twin: GitHubTwin, github: CountingGitHub, installation: int, tmp_path: Path
+) -> None:
+    """The figure's shape: a pull request in review with nothing new costs its listing, its
+    head's check runs and its statuses, each a 304 from the second period on."""
+    task, _ = reviewed(loop, github, installation, tmp_path)
+    resynced(loop)
+    github.answers.clear()
+    resynced(loop)
+    assert github.answers == Counter({"304": 1, "checks 304": 1, "statuses 304": 1})
+    assert loop.tasks.require(task.id).status is TaskStatus.REVIEW

@@ -651,6 +651,11 @@ def test_a_review_requesting_changes_is_answered_by_a_round_on_the_same_pull_req
         comments=[{"path": "calculator.py", "line": 5, "body": "Say what it returns"}],
     )
     round_id = _round_of(alice, parent, 1)
+    # GitHub's review delivery does not carry its inline comments: they were read for the ask.
+    [asked] = [e["data"] for e in events(alice, parent) if e["type"] == "follow_up_asked"]
+    assert [(c["path"], c["line"], c["body"]) for c in asked["comments"]] == [
+        ("calculator.py", 5, "Say what it returns")
+    ]
     answered = settled(alice, round_id)
     assert answered["status"] == "answered", answered
     assert (answered["parent"], answered["round"], answered["pr_url"]) == (parent, 1, first["pr_url"])

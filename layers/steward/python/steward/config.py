@@ -405,7 +405,7 @@ _DEFAULTS: dict[str, str] = {
     "STEWARD_LAUNCHER": "fargate",
     "STEWARD_RUNNER_CONTAINER": "runner",
     "STEWARD_GITHUB_RESYNC_SECONDS": "900",
-    "STEWARD_GITHUB_RESYNC_MAX_CALLS": "20",
+    "STEWARD_GITHUB_RESYNC_MAX_CALLS": "45",
     "STEWARD_GITHUB_APP_SLUG": "steward",
     "STEWARD_CONSOLE_SIGN_IN": "none",
 }
@@ -446,7 +446,7 @@ class Settings:
     github_private_key: str | None = field(default=None, repr=False)
     github_api_url: str | None = None
     github_resync_seconds: int = 900
-    github_resync_max_calls: int = 20
+    github_resync_max_calls: int = 45
     github_app_slug: str = "steward"
     spend_limit_usd_per_hour: Decimal | None = None
     webhook_secret_id: str | None = None

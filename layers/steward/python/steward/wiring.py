@@ -404,7 +404,9 @@ def resync() -> Resync | None:
     policy = ResyncPolicy(
         period=timedelta(seconds=s.github_resync_seconds), max_calls=s.github_resync_max_calls
     )
-    return Resync(TaskStore(t), InstallationStore(t), github=loop_github, policy=policy)
+    return Resync(
+        TaskStore(t), InstallationStore(t), github=loop_github, policy=policy, app_slug=s.github_app_slug
+    )
 
 
 @cache

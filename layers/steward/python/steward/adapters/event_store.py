@@ -18,7 +18,27 @@ class EventStore:
             Limit=limit,
             ConsistentRead=True,
         )
-        return [
-            {"seq": e["seq"], "type": e["type"], "at": e["at"], "data": e.get("data", {})}
-            for e in (plain(i, floats=True) for i in page["Items"])
-        ]
+        return [_shown(i) for i in page["Items"]]
+
+    def of_type(self, task_id: str, event_type: str) -> tuple[dict[str, Any], ...]:
+        """Every event of one type the task has, in order (a round's `check` events, for its
+        parent's page): the task's events read page by page, only that type answered."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "task_id = :task",
+            "FilterExpression": "#type = :type",
+            "ExpressionAttributeNames": {"#type": "type"},  # a reserved word
+            "ExpressionAttributeValues": {":task": task_id, ":type": event_type},
+            "ConsistentRead": True,
+        }
+        found: list[dict[str, Any]] = []
+        while True:
+            page = self._table.query(**kwargs)
+            found += [_shown(i) for i in page["Items"]]
+            if "LastEvaluatedKey" not in page:
+                return tuple(found)
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _shown(item: dict[str, Any]) -> dict[str, Any]:
+    e = plain(item, floats=True)
+    return {"seq": e["seq"], "type": e["type"], "at": e["at"], "data": e.get("data", {})}

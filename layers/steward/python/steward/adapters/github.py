@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, cast
 
 import httpx
 from githubkit import GitHub
@@ -49,7 +49,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 PullState = Literal["open", "closed", "all"]
 
-TOKEN_PERMISSIONS: dict[str, str] = {"contents": "write", "pull_requests": "write"}
+TOKEN_PERMISSIONS: dict[str, str] = {"contents": "write", "pull_requests": "write"}  # a runtime's
+# The App's own calls also read a pull request's checks and commit statuses (resync finds a
+# failing check whose delivery was lost); a runtime's token never carries them.
+APP_TOKEN_PERMISSIONS: dict[str, str] = TOKEN_PERMISSIONS | {"checks": "read", "statuses": "read"}
 # GitHub adds metadata:read to every installation token; nothing else may come back.
 _IMPLIED_PERMISSIONS = {"metadata": "read"}
 _TOKEN_REUSE_MARGIN = timedelta(minutes=5)  # a cached API token is renewed this long before expiry
@@ -57,6 +60,7 @@ _BACKOFF_BASE_SECONDS = 0.5
 _BACKOFF_CAP_SECONDS = 8.0
 _DETAIL_LIMIT = 300
 _COMMENT_PAGES = 30  # of 100 comments: how far `find_comment` looks
+_READ_PAGES = 3  # of 100: how far a listing of reviews, comments or checks reads
 
 
 @functools.cache
@@ -115,6 +119,16 @@ class PullObservation:
 
     changed: bool
     pull: PullRef | None
+    etag: str | None
+
+
+@dataclass(frozen=True)
+class ConditionalRead:
+    """A listing asked with the ETag of its previous answer: `changed` False is GitHub's 304
+    (nothing new; it cost no rate limit) and `items` is then empty."""
+
+    changed: bool
+    items: tuple[dict[str, Any], ...]
     etag: str | None
 
 
@@ -257,6 +271,11 @@ class RepositoryClient:
         is a fork's."""
         pull = self._own_pull(installation_id, repo, number)
         return None if pull is None else (pull.head.ref, pull.head.sha)
+
+    def pull_base(self, installation_id: int, repo: str, number: int) -> str | None:
+        """The base branch of pull request `number` of `repo` (None: no such pull request)."""
+        pull = self._own_pull(installation_id, repo, number)
+        return None if pull is None else pull.base.ref
 
     def branch_pull(self, installation_id: int, repo: str, number: int, branch: str) -> PullRef | None:
         """Pull request `number` of `repo` when its head is `branch` of `repo` itself; None
@@ -403,6 +422,111 @@ class RepositoryClient:
 
         return self._call(f"comment on #{number} of {repo}", call, repeatable=False)
 
+    # ---- what was said and run on a pull request (resync reads the asks a lost delivery
+    # carried; each method is one call as resync counts them, at most `_READ_PAGES` pages)
+
+    def reviews(self, installation_id: int, repo: str, number: int) -> list[dict[str, Any]]:
+        """The reviews of pull request `number`, oldest first (GitHub's REST shape)."""
+        return self._listing(
+            installation_id, repo, f"pulls/{number}/reviews", {}, f"the reviews of #{number}"
+        )
+
+    def review_comments(
+        self,
+        installation_id: int,
+        repo: str,
+        number: int,
+        *,
+        review_id: int | None = None,
+        since: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The inline comments of pull request `number` (updated at or after `since`), or of
+        its review `review_id` only."""
+        path = (
+            f"pulls/{number}/reviews/{review_id}/comments"
+            if review_id is not None
+            else f"pulls/{number}/comments"
+        )
+        params = {"since": since} if since and review_id is None else {}
+        return self._listing(installation_id, repo, path, params, f"the review comments of #{number}")
+
+    def issue_comments(
+        self, installation_id: int, repo: str, number: int, *, since: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The conversation comments of pull request `number` updated at or after `since`."""
+        params = {"since": since} if since else {}
+        return self._listing(
+            installation_id, repo, f"issues/{number}/comments", params, f"the comments of #{number}"
+        )
+
+    def check_runs(
+        self, installation_id: int, repo: str, ref: str, *, etag: str | None = None, name: str | None = None
+    ) -> ConditionalRead:
+        """The latest check run of each check on commit (or branch) `ref`, asked with the
+        ETag of the previous answer; only the check `name` when given."""
+        params = {"check_name": name} if name else {}
+        return self._conditional(
+            installation_id, repo, f"commits/{ref}/check-runs", params, etag=etag, field_name="check_runs"
+        )
+
+    def commit_statuses(
+        self, installation_id: int, repo: str, ref: str, *, etag: str | None = None
+    ) -> ConditionalRead:
+        """The latest commit status of each context on `ref` (GitHub's combined status)."""
+        return self._conditional(
+            installation_id, repo, f"commits/{ref}/status", {}, etag=etag, field_name="statuses"
+        )
+
+    def _listing(
+        self, installation_id: int, repo: str, path: str, params: Mapping[str, str], what: str
+    ) -> list[dict[str, Any]]:
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = []
+            for page in range(1, _READ_PAGES + 1):
+                items = self._gh.request(
+                    "GET",
+                    f"/repos/{owner}/{name}/{path}",
+                    params={**params, "per_page": 100, "page": page},
+                    headers=headers,
+                ).json()
+                found += [item for item in items if isinstance(item, dict)]
+                if len(items) < 100:
+                    break
+            return found
+
+        return self._call(f"read {what} of {repo}", call)
+
+    def _conditional(
+        self,
+        installation_id: int,
+        repo: str,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        etag: str | None,
+        field_name: str,
+    ) -> ConditionalRead:
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+        if etag:
+            headers["If-None-Match"] = etag
+
+        def call() -> ConditionalRead:
+            response = self._gh.request(
+                "GET", f"/repos/{owner}/{name}/{path}", params={**params, "per_page": 100}, headers=headers
+            )
+            tag = response.headers.get("ETag") or etag
+            if response.status_code == 304:
+                return ConditionalRead(False, (), tag)
+            body = response.json()
+            items = body.get(field_name) if isinstance(body, dict) else None
+            return ConditionalRead(True, tuple(i for i in items or () if isinstance(i, dict)), tag)
+
+        return self._call(f"read {path} of {repo}", call)
+
     # ---- retries
 
     def _call(self, operation: str, call: Callable[[], T], *, repeatable: bool = True) -> T:
@@ -505,9 +629,12 @@ class GitHubApp(RepositoryClient):
 
     # ---- installation tokens
 
-    def installation_token(self, installation_id: int, repo: str) -> InstallationToken:
+    def installation_token(
+        self, installation_id: int, repo: str, *, permissions: Mapping[str, str] = TOKEN_PERMISSIONS
+    ) -> InstallationToken:
         """A fresh token of installation `installation_id` for `repo` only, with exactly
-        contents:write and pull_requests:write. Refuses a token GitHub made broader."""
+        `permissions` (a runtime's: contents:write and pull_requests:write). Refuses a token
+        GitHub made broader."""
         owner, name = split_repo(repo)
         operation = f"create an installation token for {repo}"
 
@@ -515,17 +642,17 @@ class GitHubApp(RepositoryClient):
             response = self._gh.rest.apps.create_installation_access_token(
                 installation_id,
                 repositories=[name],
-                permissions={"contents": "write", "pull_requests": "write"},
+                permissions=cast("Any", dict(permissions)),  # githubkit types it as a TypedDict
             )
             parsed = response.parsed_data
             token = InstallationToken(parsed.token, _parse_time(parsed.expires_at), f"{owner}/{name}")
-            _check_scope(response.json(), repo, operation)
+            _check_scope(response.json(), repo, operation, permissions)
             return token
 
         return self._call(operation, call)
 
     def _fresh_token(self, installation_id: int, repo: str) -> InstallationToken:
-        return self.installation_token(installation_id, repo)
+        return self.installation_token(installation_id, repo, permissions=APP_TOKEN_PERMISSIONS)
 
     def read_installation(self, installation_id: int) -> InstallationRead:
         """The installation's account, suspension and repositories as GitHub has them now
@@ -616,9 +743,9 @@ def _parse_time(value: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _check_scope(body: Any, repo: str, operation: str) -> None:
+def _check_scope(body: Any, repo: str, operation: str, asked: Mapping[str, str]) -> None:
     """Refuse a token that can do more than asked: all repositories, another repository, or
-    a permission beyond contents:write, pull_requests:write (and GitHub's metadata:read)."""
+    a permission beyond `asked` (and GitHub's metadata:read)."""
     problem = ""
     if not isinstance(body, dict):
         problem = "an unreadable answer"
@@ -633,7 +760,7 @@ def _check_scope(body: Any, repo: str, operation: str) -> None:
         permissions = body.get("permissions")
         if isinstance(permissions, dict):
             extra = {k: v for k, v in permissions.items() if _IMPLIED_PERMISSIONS.get(k) != v}
-            if extra != TOKEN_PERMISSIONS:
-                problem = "permissions other than contents:write and pull_requests:write"
+            if extra != dict(asked):
+                problem = "permissions other than " + ", ".join(f"{k}:{v}" for k, v in sorted(asked.items()))
     if problem:
         raise GitHubError(f"GitHub {operation}: the token has {problem}; refused", operation=operation)

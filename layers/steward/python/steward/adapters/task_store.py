@@ -683,21 +683,28 @@ class TaskStore:
             raise
         return item_to_task(renewed["Attributes"])
 
-    def record_observation(self, task: Task, *, now: datetime, etag: str | None) -> bool:
+    def record_observation(
+        self, task: Task, *, now: datetime, etag: str | None, also: Mapping[str, Any] | None = None
+    ) -> bool:
         """Note that GitHub was asked about the task's pull request and said nothing new
-        (not a lifecycle event: no durable event, no wake). False when the task moved on
-        since it was read (the next resync reads it again)."""
+        (not a lifecycle event: no durable event, no wake); `also`: what resync's reading of
+        its asks keeps (`github_etags`, `asks_read_at`). False when the task moved on since it
+        was read (the next resync reads it again)."""
         values: dict[str, Any] = {":now": iso(now), ":status": task.status.value}
+        names = {"#s": "status"}
         update = "SET github_observed_at = :now"
         if etag:
             update += ", github_etag = :etag"
             values[":etag"] = etag
+        for i, (name, value) in enumerate((also or {}).items()):
+            update += f", #a{i} = :a{i}"
+            names[f"#a{i}"], values[f":a{i}"] = name, value
         try:
             self._table.update_item(
                 Key={"task_id": task.id},
                 UpdateExpression=update,
                 ConditionExpression="#s = :status",
-                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:

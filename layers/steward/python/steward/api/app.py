@@ -20,6 +20,7 @@ from steward.api.requests import (
     parse_body,
     parse_query,
 )
+from steward.api.rounds import rounds_answer
 from steward.domain import waiting
 from steward.domain.errors import Unauthorized
 from steward.domain.loop import LoopSettingsUpdate
@@ -148,6 +149,11 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
     def task_events(task_id: str) -> Response[str]:
         q = query(EventsQuery)
         return _json(200, services().tasks.events_after(caller(), task_id, after=q.after, limit=q.limit))
+
+    @app.get("/v1/tasks/<task_id>/rounds")
+    def task_rounds(task_id: str) -> Response[str]:
+        parent, rounds = services().tasks.rounds(caller(), task_id)
+        return _json(200, rounds_answer(parent, rounds))
 
     @app.get("/v1/tasks/<task_id>/screen")
     def task_screen(task_id: str) -> Response[str]:

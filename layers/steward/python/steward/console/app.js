@@ -322,6 +322,40 @@
     return el("ul", {}, values.map((v) => el("li", {}, el("code", {}, v))));
   }
 
+  // Checks as a task page shows them: [command, its last verdict (true, false, or none yet)].
+  function checkMarks(verdicts, ended, attrs) {
+    return el("ul", attrs, verdicts.map(([command, passed]) => {
+      const mark = passed === undefined || passed === null ? (ended ? "not run" : "not run yet") : passed ? "passed" : "failed";
+      return el("li", { class: `check ${mark.replace(/ /g, "-")}` }, el("code", {}, command), ` — ${mark}`);
+    }));
+  }
+
+  // What asked for a follow-up round: its kind (a link to the ask on GitHub), and who asked
+  // or which check failed. The ask's own text is in the task's `follow_up_asked` event.
+  const ASKED = { review: "review requesting changes", mention: "mention", check: "failing check", conflict: "conflict with the base" };
+  function askedFor(trigger) {
+    if (!trigger) return "—";
+    const kind = ASKED[trigger.kind] || String(trigger.kind).replace(/_/g, " ");
+    const which = trigger.kind === "check"
+      ? trigger.check_name ? [" ", el("code", {}, trigger.check_name), trigger.conclusion ? ` (${trigger.conclusion.replace(/_/g, " ")})` : ""] : ""
+      : trigger.author ? ` by @${trigger.author}` : "";
+    return el("span", { class: "trigger" },
+      trigger.url ? el("a", { href: trigger.url, rel: "noopener noreferrer", target: "_blank" }, kind) : kind, which);
+  }
+
+  // One row of a task's rounds: the round (its page), what asked, where it is, the commit it
+  // pushed once answered, its checks, its cost.
+  function roundRow(r) {
+    const ended = ENDED_TASK.has(r.status);
+    return el("tr", { "data-round": r.round },
+      el("td", { class: "round" }, el("a", { href: `#/tasks/${r.id}`, class: "round-link" }, `round ${r.round}`)),
+      el("td", {}, askedFor(r.trigger)),
+      el("td", {}, status(r.status), r.reason ? el("div", { class: "muted" }, r.reason) : null),
+      el("td", { class: "commit" }, r.commit ? el("code", { title: r.commit }, r.commit.slice(0, 7)) : ended ? "none" : "none yet"),
+      el("td", {}, r.checks.length ? checkMarks(r.checks.map((c) => [c.command, c.passed]), ended, { class: "round-checks" }) : "—"),
+      el("td", { class: "cost" }, `${money(r.cost_usd, 4)} of ${money(r.budget_usd, 2)}`));
+  }
+
   async function planPage(slug) {
     const mine = generation;
     const plan = await api("GET", `/v1/plans/${enc(slug)}`);
@@ -509,11 +543,22 @@
       const required = plan ? (plan.front_matter || {}).checks || plan.checks || [] : [];
       const commands = required.length ? required : [...checkResults.keys()];
       if (!commands.length) return null;
-      return el("ul", { id: "checks" }, commands.map((command) => {
-        const passed = checkResults.get(command);
-        const mark = passed === undefined ? (ended ? "not run" : "not run yet") : passed ? "passed" : "failed";
-        return el("li", { class: `check ${mark.replace(/ /g, "-")}` }, el("code", {}, command), ` — ${mark}`);
-      }));
+      return checkMarks(commands.map((command) => [command, checkResults.get(command)]), ended, { id: "checks" });
+    }
+
+    // Its follow-up rounds, asked for again only while one is live or a new one started.
+    const rounds = el("div", { id: "rounds-section" });
+    let roundsFor = null; // the rounds_used the shown rounds were read for
+    let roundsShown = [];
+    async function loadRounds(task) {
+      if (task.parent || !task.rounds_used) return;
+      if (roundsFor === task.rounds_used && roundsShown.every((r) => ENDED_TASK.has(r.status))) return;
+      const answer = await api("GET", `/v1/tasks/${enc(id)}/rounds`);
+      roundsFor = task.rounds_used;
+      roundsShown = answer.rounds;
+      rounds.replaceChildren(el("h2", {}, "Rounds"), el("div", { class: "scroll" }, el("table", { class: "rounds", id: "rounds" },
+        el("thead", {}, el("tr", {}, ["Round", "Asked", "Status", "Commit", "Checks", "Cost"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, answer.rounds.map(roundRow)))));
     }
 
     let retried = false;
@@ -530,7 +575,7 @@
       summary.replaceChildren(
         el("h1", {}, task.title || task.id, " ", status(task.status)),
         waitingText(task.waiting) || "",
-        outcome(task),
+        outcome(task) || "",
         facts([
           ["Task", task.id],
           ["Plan", el("a", { href: `#/plans/${enc(task.plan_slug)}` }, task.plan_slug)],
@@ -675,6 +720,7 @@
           if (page_.events.length < 100) break;
         }
         render(task, plan);
+        await loadRounds(task);
         if (task.status === "running" && config.live_output === "stream" && !streaming) {
           stream();
         } else if (!RUN_STATUSES.has(task.status)) {
@@ -695,7 +741,7 @@
       if (!stopped) timer = setTimeout(() => poll(false), POLL_MS);
     }
 
-    showFor(mine, summary, actions, el("h2", {}, "Output"), output, el("h2", {}, "Artifacts"), artifacts,
+    showFor(mine, summary, actions, rounds, el("h2", {}, "Output"), output, el("h2", {}, "Artifacts"), artifacts,
       el("h2", {}, "Events"), timeline);
     output.textContent = NO_OUTPUT;
     await loadArtifacts();

@@ -24,12 +24,13 @@ At most one round per (pull request, head SHA, trigger kind): `Trigger.round_key
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
 from steward.domain.document_limits import DEFAULT_FOLLOW_UPS
+from steward.domain.errors import BadRequest
 from steward.domain.ids import task_id_from_branch
 from steward.domain.models import Task, TaskStatus
 from steward.domain.webhooks import InstallationRef, PayloadModel, read_payload
@@ -42,6 +43,7 @@ MAX_OUTPUT_CHARS = 16000  # what a round reads of a check's output
 MAX_INLINE_COMMENTS = 50
 MAX_FOLLOW_UP_KEYS = 100  # asks one task holds at most (a key per head commit and kind)
 MAX_PENDING_ASKS = 10  # asks waiting for a round on one task at most
+MAX_ASK_SOURCES = 200  # GitHub objects (reviews, comments, checks) one task records at most
 
 
 def follow_ups_of(front_matter: Mapping[str, Any]) -> int:
@@ -89,6 +91,8 @@ class Trigger:
     conclusion: str | None = None
     output: str = ""
     url: str | None = None
+    base_ref: str | None = None  # the pull request's base branch, where the payload names it
+    fails_on_base: bool = False  # a failing check that fails on the base branch's head too
 
     @property
     def needs_author(self) -> bool:
@@ -130,7 +134,22 @@ def trigger_record(trigger: Trigger) -> dict[str, Any]:
             "conclusion": trigger.conclusion,
             "output": trigger.output,
         }
+        if trigger.fails_on_base:
+            record["fails_on_base"] = True
     return {k: v for k, v in record.items() if v not in (None, "")}
+
+
+def fails_on(trigger: Trigger, base_checks: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the check `trigger` reports failing fails on the base branch's head too
+    (`base_checks`: that commit's check runs, or its commit statuses for a status): then it
+    is not the change's to fix."""
+    for check in base_checks:
+        if trigger.source.startswith("status:"):
+            if check.get("context") == trigger.check_name and check.get("state") in FAILING_STATUSES:
+                return True
+        elif check.get("name") == trigger.check_name and check.get("conclusion") in FAILING_CHECKS:
+            return True
+    return False
 
 
 def ask_problem(trigger: Trigger, task: Task) -> str | None:
@@ -200,6 +219,8 @@ _REPLIES = {
     "changes here. Raise `follow_ups` in the plan and retry the item, or push yourself.",
     "head_not_stewards": "A commit Steward did not make is on this branch, so the branch is yours now: "
     "Steward makes no more changes to it.",
+    "fails_on_base": "A check that failed on this pull request fails on its base branch too, so it is "
+    "not this change's to fix: Steward started no round for it.",
 }
 REPLY_KINDS = frozenset(_REPLIES)
 _ROUND_FAILED = "round_failed:"  # and the round's task id: one reply per failed round
@@ -336,9 +357,14 @@ class _IssueCommentEvent(_Envelope):
     issue: _Issue
 
 
+class _PullBase(PayloadModel):
+    ref: str
+
+
 class _CheckPull(PayloadModel):
     number: int
     head: _PullHead
+    base: _PullBase | None = None
 
 
 class _CheckOutput(PayloadModel):
@@ -492,7 +518,8 @@ def _pulls(pulls: list[_CheckPull]) -> dict[str, Any]:
     caller still checks that the commit is that pull request's head)."""
     if not pulls:
         return {}
-    return {"pull_number": pulls[0].number, "head_ref": pulls[0].head.ref}
+    base = pulls[0].base.ref if pulls[0].base else None
+    return {"pull_number": pulls[0].number, "head_ref": pulls[0].head.ref, "base_ref": base}
 
 
 def _check_run(payload: Mapping[str, Any], app_slug: str) -> Trigger | None:
@@ -615,3 +642,76 @@ def round_refusal(context: RoundContext) -> RoundRefusal | None:
         (context.rounds_used >= context.follow_ups, "rounds_used_up"),
     )
     return next((reason for refused, reason in checks if refused), None)
+
+
+# ---- what resync reads: GitHub's REST items read as the deliveries that carry them
+
+
+@dataclass(frozen=True)
+class PullAt:
+    """A Steward pull request as resync knows it: what its REST items do not say."""
+
+    repository: str
+    installation_id: int
+    number: int
+    head_ref: str
+    head_sha: str
+
+
+def rest_triggers(
+    pull: PullAt,
+    app_slug: str,
+    *,
+    reviews: Iterable[Mapping[str, Any]] = (),
+    review_comments: Iterable[Mapping[str, Any]] = (),
+    issue_comments: Iterable[Mapping[str, Any]] = (),
+    check_runs: Iterable[Mapping[str, Any]] = (),
+    statuses: Iterable[Mapping[str, Any]] = (),
+) -> list[Trigger]:
+    """The triggers GitHub's REST listings of `pull` hold, read by the same rules as the
+    deliveries that carry them would be (a lost delivery and its resync ask alike). An item
+    shaped otherwise is not an ask."""
+    envelope = {"repository": {"full_name": pull.repository}, "installation": {"id": pull.installation_id}}
+    head = {"number": pull.number, "head": {"ref": pull.head_ref, "sha": pull.head_sha}}
+    deliveries: list[tuple[str, dict[str, Any]]] = [
+        # REST says a review's state in capitals, a delivery in small letters
+        (
+            "pull_request_review",
+            {
+                "action": "submitted",
+                "review": {**r, "state": str(r.get("state", "")).lower()},
+                "pull_request": head,
+            },
+        )
+        for r in reviews
+    ]
+    deliveries += [
+        ("pull_request_review_comment", {"action": "created", "comment": c, "pull_request": head})
+        for c in review_comments
+    ]
+    deliveries += [
+        (
+            "issue_comment",
+            {"action": "created", "comment": c, "issue": {"number": pull.number, "pull_request": {}}},
+        )
+        for c in issue_comments
+    ]
+    deliveries += [
+        (
+            "check_run",
+            {"action": "completed", "check_run": {**run, "check_suite": None, "pull_requests": [head]}},
+        )
+        for run in check_runs
+    ]
+    deliveries += [
+        ("status", {**s, "sha": pull.head_sha, "branches": [{"name": pull.head_ref}]}) for s in statuses
+    ]
+    found: list[Trigger] = []
+    for event, payload in deliveries:
+        try:
+            trigger = trigger_of(event, envelope | payload, app_slug=app_slug)
+        except BadRequest:
+            continue
+        if trigger is not None:
+            found.append(replace(trigger, head_ref=pull.head_ref, head_sha=trigger.head_sha or pull.head_sha))
+    return found

@@ -10,7 +10,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from steward.domain.document_limits import DEFAULT_FOLLOW_UPS
 
@@ -254,6 +254,13 @@ class Task(BaseModel):
     # The follow-up rounds asked for on its pull request (`steward.domain.follow_ups`: one
     # key per pull request, head commit and trigger kind), each recorded once with its event.
     follow_up_keys: tuple[str, ...] = ()
+    # The GitHub objects (`review:<id>`, `comment:<id>`, `check_run:<id>`, ...) recorded as
+    # asks or refusals, whichever path saw them first (a delivery, or resync after a lost one).
+    ask_sources: tuple[str, ...] = ()
+    # Resync's reading of the pull request's conversation: the newest review or comment time
+    # read (`asks_read_at`, GitHub's ISO form) and the ETags of the head's checks and statuses.
+    asks_read_at: str | None = None
+    github_etags: dict[str, str] = Field(default_factory=dict)
     # Of those, the ones no round has answered or refused yet (their records, oldest first),
     # and how many rounds the task has started: what the loop's next round reads.
     pending_asks: tuple[dict[str, Any], ...] = ()

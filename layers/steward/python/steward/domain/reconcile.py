@@ -246,6 +246,7 @@ def next_round(task: Task, plan: Plan | None, live: Sequence[Task]) -> StartRoun
             superseded=item is None or item.removed or item.revision > task.revision,
             rounds_used=task.rounds_used,
             follow_ups=allowed_rounds(task, plan),
+            fails_on_base=bool(ask.get("fails_on_base")),
         )
     )
     if refusal is not None:

@@ -22,7 +22,7 @@ from steward.domain.lifecycle import WITHDRAWN
 from steward.domain.models import Task, TaskStatus
 
 DEFAULT_PERIOD_SECONDS = 900
-DEFAULT_MAX_CALLS = 20
+DEFAULT_MAX_CALLS = 45  # 15 pull requests in review with nothing new (3 conditional calls each)
 DEFAULT_CLOSED_DAYS = 7
 
 

@@ -8,7 +8,13 @@ request a person reopened is back in review, and no second pull request is opene
 the review tasks whose last observation is oldest, then the tasks whose pull request a
 person closed within `policy.closed_window` (`recently_closed`: a reopen or a merge whose
 delivery was lost is found). Each is asked with the ETag of its previous answer, so an
-unchanged pull request is a 304 that costs no rate limit. A state found is
+unchanged pull request is a 304 that costs no rate limit. A task in review also has its
+asks read (README: "Follow-up rounds"): the check runs and commit statuses of its head
+(conditional too, so 3 calls, all 304s, for a pull request with nothing new), and, when the
+pull request changed (GitHub moves its `updated_at` on a review or a comment), its reviews
+and comments newer than the last read (`asks_read_at`). What they ask is recorded exactly
+as a delivery's would be (`steward.services.asks`: once per GitHub object and round key),
+so a lost delivery still starts its round. A state found is
 assigned exactly as a webhook would assign it: the same idempotent transition, a
 `github_event` event with `source: resync`, the watermark advanced. A rate limit or a
 GitHub failure stops the sweep for this tick and moves the next attempt out; it never
@@ -18,27 +24,31 @@ fails the tick.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from steward.adapters.github import GitHubError, InstallationRead, PullObservation
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain import resync
 from steward.domain.errors import LifecycleError
+from steward.domain.follow_ups import PullAt, rest_triggers
 from steward.domain.installations import Installation
 from steward.domain.models import ItemStatus, Plan, PlanStatus, Task, TaskStatus, iso
 from steward.domain.webhooks import Reopened, refresh_change, reopened, sync_from_map, target_status
+from steward.services.asks import AskReader, Asks
 from steward.services.installations import sync_installation
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BACKOFF_AFTER_FAILURE = timedelta(seconds=60)
+CALLS_PER_REVIEW = 6  # at most (new asks aside): its listing, 3 conversation reads, checks, statuses
 
 
-class PullObserver(Protocol):
+class PullObserver(AskReader, Protocol):
     """The part of the GitHub App resync uses (`steward.adapters.github.GitHubApp`)."""
 
     def observe_pull(
@@ -46,6 +56,12 @@ class PullObserver(Protocol):
     ) -> PullObservation: ...
 
     def read_installation(self, installation_id: int) -> InstallationRead: ...
+
+    def reviews(self, installation_id: int, repo: str, number: int) -> list[dict[str, Any]]: ...
+
+    def issue_comments(
+        self, installation_id: int, repo: str, number: int, *, since: str | None = None
+    ) -> list[dict[str, Any]]: ...
 
 
 @dataclass
@@ -70,6 +86,10 @@ class Resync:
     installations: InstallationStore
     github: Callable[[], PullObserver]  # built on first use: the App's client is heavy
     policy: resync.ResyncPolicy = field(default_factory=resync.ResyncPolicy)
+    app_slug: str = "steward"
+
+    def __post_init__(self) -> None:
+        self.asks = Asks(self.tasks, self.github)
 
     def start(self) -> Sweep:
         return Sweep(budget=self.policy.max_calls)
@@ -113,15 +133,22 @@ class Resync:
         self._refresh_disputed(sweep, user, now=now)
         observed = [*live, *(closed or ())]
         for task in resync.due(observed, now, self.policy, budget=sweep.budget - sweep.calls):
-            if not sweep.open:
+            in_review = task.status is TaskStatus.REVIEW and task.pr_number is not None
+            if not sweep.open or (in_review and sweep.budget - sweep.calls < CALLS_PER_REVIEW):
                 return
             observation = self._observe(sweep, task, etag=task.github_etag, now=now)
             if observation is None:
                 return
+            read: dict[str, Any] = {}
+            if in_review and _stays_in_review(observation):
+                heard = self._read_asks(sweep, task, observation, now=now)
+                if heard is None:  # out of calls, or GitHub failed: the task is due again
+                    return
+                read = heard
             if observation.changed and observation.pull is not None:
-                self._assign(sweep, task, observation, now=now)
+                self._assign(sweep, task, observation, now=now, read=read)
             else:  # unchanged (304), or no pull request listed: look again next period
-                self.tasks.record_observation(task, now=now, etag=observation.etag)
+                self.tasks.record_observation(task, now=now, etag=observation.etag, also=read)
 
     def next_due(self, sweep: Sweep, live: list[Task], *, now: datetime) -> datetime | None:
         """When the loop must tick again for resync (the user's `due_at`); `live` with the
@@ -146,9 +173,89 @@ class Resync:
         holders = sweep.holders[task.repo]
         if not holders:  # suspended or gone: nothing to ask; the installation's events tell
             return PullObservation(False, None, etag)
+        return self._ask(
+            sweep,
+            task,
+            lambda: self.github().observe_pull(holders[0], task.repo, task.branch, etag=etag),
+            now=now,
+        )
+
+    def _read_asks(
+        self, sweep: Sweep, task: Task, observation: PullObservation, *, now: datetime
+    ) -> dict[str, Any] | None:
+        """Record what the pull request of `task` (in review) asks that no delivery brought:
+        its head's failing checks, and (the pull request changed) reviews and comments newer
+        than the last read. What the task records of the reading (the ETags, the newest time
+        read), or None when this tick cannot finish it."""
+        pull = observation.pull
+        head = pull.head_sha if pull is not None and pull.head_sha else task.head_sha
+        holders = sweep.holders.get(task.repo) or []
+        if head is None or task.pr_number is None or not holders:
+            return {}
+        at = PullAt(task.repo, holders[0], task.pr_number, task.branch, head)
+        github = self.github()
+        conversation: dict[str, list[dict[str, Any]]] = {}
+        since = task.asks_read_at
+        if observation.changed:
+            for name, read_list in (
+                ("reviews", lambda: github.reviews(at.installation_id, at.repository, at.number)),
+                (
+                    "review_comments",
+                    lambda: github.review_comments(at.installation_id, at.repository, at.number, since=since),
+                ),
+                (
+                    "issue_comments",
+                    lambda: github.issue_comments(at.installation_id, at.repository, at.number, since=since),
+                ),
+            ):
+                items = self._ask(sweep, task, read_list, now=now)
+                if items is None:
+                    return None
+                conversation[name] = [i for i in items if _said_at(i) >= (since or "")]
+        etags = task.github_etags
+        runs = self._ask(
+            sweep,
+            task,
+            lambda: github.check_runs(at.installation_id, at.repository, head, etag=etags.get("check_runs")),
+            now=now,
+        )
+        statuses = self._ask(
+            sweep,
+            task,
+            lambda: github.commit_statuses(
+                at.installation_id, at.repository, head, etag=etags.get("statuses")
+            ),
+            now=now,
+        )
+        if runs is None or statuses is None:
+            return None
+        triggers = rest_triggers(
+            at, self.app_slug, check_runs=runs.items, statuses=statuses.items, **conversation
+        )
+        calls = self.asks.calls
+        for trigger in triggers:
+            if trigger.source not in task.ask_sources:
+                self.asks.record(task, trigger, now=now, origin={"found_by": "resync"})
+        sweep.calls += (
+            self.asks.calls - calls
+        )  # a new ask's own reads (its review's comments, the base's check)
+        said = [_said_at(i) for items in conversation.values() for i in items]
+        read: dict[str, Any] = {
+            "github_etags": {
+                k: v for k, v in (("check_runs", runs.etag), ("statuses", statuses.etag)) if v is not None
+            }
+        }
+        if said:
+            read["asks_read_at"] = max([*said, since or ""])
+        return read
+
+    def _ask(self, sweep: Sweep, task: Task, call: Callable[[], T], *, now: datetime) -> T | None:
+        """One counted GitHub call of this tick's sweep; None when none is left or it failed."""
+        if not sweep.open:
+            return None
         sweep.calls += 1
         try:
-            return self.github().observe_pull(holders[0], task.repo, task.branch, etag=etag)
+            return call()
         except GitHubError as exc:
             logger.warning(
                 "resync stopped for this tick: %s", exc.message, extra={"task_id": task.id, "user": task.user}
@@ -187,11 +294,19 @@ class Resync:
             sweep.holders.clear()  # what the installations hold may have changed
             sweep.owned = None
 
-    def _assign(self, sweep: Sweep, task: Task, observation: PullObservation, *, now: datetime) -> bool:
+    def _assign(
+        self,
+        sweep: Sweep,
+        task: Task,
+        observation: PullObservation,
+        *,
+        now: datetime,
+        read: Mapping[str, Any] | None = None,
+    ) -> bool:
         pull = observation.pull
         assert pull is not None
         target = target_status(state=pull.state, merged=pull.merged)
-        seen = {"github_observed_at": iso(now), "pr_url": pull.url, "pr_number": pull.number}
+        seen = {"github_observed_at": iso(now), "pr_url": pull.url, "pr_number": pull.number, **(read or {})}
         if observation.etag:
             seen["github_etag"] = observation.etag
         if reopened(task, target, action=None) is Reopened.CLOSE_AGAIN:
@@ -214,12 +329,23 @@ class Resync:
             )
         except LifecycleError as exc:  # e.g. GitHub says open again after Steward saw it closed
             logger.info("resync changed nothing: %s", exc.message, extra={"task_id": task.id})
-            self.tasks.record_observation(task, now=now, etag=observation.etag)
+            self.tasks.record_observation(task, now=now, etag=observation.etag, also=read)
             return False
         if not changed:
-            self.tasks.record_observation(task, now=now, etag=observation.etag)
+            self.tasks.record_observation(task, now=now, etag=observation.etag, also=read)
             return False
         self.tasks.project_item(moved, now=now)
         sweep.moved.append(task.id)
         logger.info("resync moved task to %s", moved.status.value, extra={"task_id": task.id})
         return True
+
+
+def _stays_in_review(observation: PullObservation) -> bool:
+    """The pull request of a task in review is open as far as this observation tells."""
+    pull = observation.pull
+    return not observation.changed or (pull is not None and pull.state == "open" and not pull.merged)
+
+
+def _said_at(item: Mapping[str, Any]) -> str:
+    """When a review was submitted or a comment last changed (GitHub's ISO form sorts)."""
+    return str(item.get("submitted_at") or item.get("updated_at") or "")

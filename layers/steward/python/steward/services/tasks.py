@@ -11,8 +11,11 @@ from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, Artifac
 from steward.adapters.event_store import EventStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import LifecycleError, NotFound
-from steward.domain.ids import plan_id, validate_slug
+from steward.domain.ids import plan_id, round_task_id, validate_slug
 from steward.domain.models import PlanKind, Task, utcnow
+
+# A follow-up round and its `check` events, in order.
+RoundRecord = tuple[Task, tuple[dict[str, Any], ...]]
 
 
 class TaskService:
@@ -59,6 +62,20 @@ class TaskService:
         self.tasks.require_owned(user, task_id)
         events = self.events.list(task_id, after=after, limit=limit)
         return {"events": events, "next": events[-1]["seq"] if events else after}
+
+    def rounds(self, user: str, task_id: str) -> tuple[Task, tuple[RoundRecord, ...]]:
+        """The caller's task and its follow-up rounds, in order, each with its `check` events.
+        A round's id follows from its parent and number (`round_task_id`), and the parent's
+        `rounds_used` counts them (written with each round): one read per round (10 at
+        most, a plan's `follow_ups`), none for a task without rounds."""
+        task = self.tasks.require_owned(user, task_id)
+        rounds: list[RoundRecord] = []
+        for number in range(1, task.rounds_used + 1):
+            found = self.tasks.get(round_task_id(task.id, number))
+            if found is None or found.user != user or found.parent != task.id:
+                continue
+            rounds.append((found, self.events.of_type(found.id, "check")))
+        return task, tuple(rounds)
 
     def screen(self, user: str, task_id: str) -> dict[str, Any]:
         self.tasks.require_owned(user, task_id)

@@ -38,17 +38,11 @@ loop to close it again (`TaskStore.close_again`).
 Follow-up triggers (`steward.domain.follow_ups`: a review requesting changes, a mention, a
 failing check): a trigger on the pull request of a task in review, correlated as a pull request
 event is (its branch, the task's repository, the owner's live installation holding it), is
-recorded once per round key (pull request, head commit, kind) as a `follow_up_asked` event
-with the key added to the task's `follow_up_keys`, in one transaction with the delivery's
-mark; a review or a mention by someone who may not ask (not a collaborator, or a bot) is
-recorded as a `follow_up_refused` event instead. A second trigger with the same key (a
-redelivery under another id, a review's inline comment, a second failing check on one commit)
-changes nothing; each write is conditional on the task as it reads it, so nothing is recorded
-on a task that left review meanwhile, and a task holds at most MAX_FOLLOW_UP_KEYS asks. The
-texts kept are redacted. An ask also joins the task's `pending_asks` and wakes the loop, which
-starts its round (README: "Follow-up rounds"); a refused person's ask decides a one-time reply.
-A conversation comment names only its pull request's number: once the delivery is known to be
-new, GitHub is asked for that pull request's head.
+recorded by `steward.services.asks` in one transaction with the delivery's mark: once per
+round key (pull request, head commit, kind) and once per GitHub object, so a redelivery under
+another id, a review's inline comment or a second failing check on one commit changes
+nothing. A conversation comment names only its pull request's number: once the delivery is
+known to be new, GitHub is asked for that pull request's head.
 
 Installations: each event is merged into the installation's stored merge state
 (`domain.webhooks.merge`, order-independent) under an optimistic version check, and the
@@ -71,20 +65,13 @@ from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import BadRequest, LifecycleError, Unauthorized
 from steward.domain.follow_ups import (
-    COLLABORATORS_ONLY,
-    MAX_FOLLOW_UP_KEYS,
-    MAX_PENDING_ASKS,
     TRIGGER_EVENTS,
     Trigger,
-    ask_problem,
-    author_problem,
-    reply_added,
     trigger_branch,
     trigger_of,
-    trigger_record,
 )
 from steward.domain.ids import task_id_from_branch
-from steward.domain.models import Task, TaskStatus, utcnow
+from steward.domain.models import Task, utcnow
 from steward.domain.webhooks import (
     HANDLED,
     NO_ACTION,
@@ -105,15 +92,12 @@ from steward.domain.webhooks import (
     reopened,
     signature_matches,
 )
+from steward.services.asks import AskReader, Asks
 from steward.services.installations import sync_installation
 
 
-class PullHeads(Protocol):
+class PullHeads(AskReader, Protocol):
     def pull_head(self, installation_id: int, repo: str, number: int) -> tuple[str, str] | None: ...
-
-
-class _NotAsked(Exception):
-    """A follow-up ask that the task, as the write reads it, does not take."""
 
 
 # The handler and the local stack import the secret and the outcome from here with the service.
@@ -140,6 +124,7 @@ class WebhookReceiver:
         self.tasks = tasks
         self.installations = installations
         self.pulls = pulls  # a conversation comment's pull request head, from GitHub
+        self.asks = Asks(tasks, pulls)
         self.clock = clock
         self.ttl_days = ttl_days
         self.app_slug = app_slug
@@ -306,64 +291,9 @@ class WebhookReceiver:
         task, problem = self._correlated(task_id_from_branch(branch), trigger.installation_id, trigger)
         if task is None:
             return self._ignored(problem, context)
-        unasked = ask_problem(trigger, task)
-        if unasked is not None or task.pr_number is None or trigger.head_sha is None:
-            return self._ignored(unasked or "names no commit", context)
-        number = task.pr_number
-        key = trigger.round_key(number, trigger.head_sha)
-        refused = author_problem(trigger)
-
-        def admit(current: Task) -> None:
-            # Judged again on the task as each write attempt reads it: the write is conditional
-            # on that read, so nothing is recorded on a task that left review meanwhile.
-            if current.status is not TaskStatus.REVIEW or current.pr_number != number:
-                raise _NotAsked(f"the task is {current.status.value}, not in review")
-            if refused is None and key in current.follow_up_keys:
-                raise _NotAsked("this follow-up was asked for already")
-            if refused is None and len(current.follow_up_keys) >= MAX_FOLLOW_UP_KEYS:
-                raise _NotAsked(f"the task holds {MAX_FOLLOW_UP_KEYS} follow-up asks already")
-            if refused is None and len(current.pending_asks) >= MAX_PENDING_ASKS:
-                raise _NotAsked(
-                    f"{MAX_PENDING_ASKS} follow-up asks of the task wait for their rounds already"
-                )
-
-        from steward.domain.redaction import Redactor  # noqa: PLC0415 - only a trigger on a task in review pays for it
-
-        # People paste credentials into reviews and CI prints them: nothing stored keeps one.
-        data = Redactor().clean(trigger_record(trigger) | {"delivery": context["delivery"]})
-        if refused is None:
-            event, recorded = "follow_up_asked", data | {"round_key": key}
-
-            def sets(current: Task) -> dict[str, Any]:
-                return {
-                    "follow_up_keys": [*current.follow_up_keys, key],
-                    "pending_asks": [*current.pending_asks, recorded],
-                }
-        else:
-            event, recorded = "follow_up_refused", data | {"reason": refused}
-
-            def sets(current: Task) -> dict[str, Any]:
-                # A person is answered once that only collaborators can ask; a bot never is.
-                return {} if trigger.author_is_bot else reply_added(current, COLLABORATORS_ONLY)
-
-        try:
-            self.tasks.append_event(
-                task,
-                event,
-                recorded,
-                now=now,
-                admit=admit,
-                sets=sets,
-                include=[mark],
-                wake=refused is None or not trigger.author_is_bot,  # the loop starts the round or replies
-            )
-        except _NotAsked as exc:
-            return WebhookOutcome("unchanged", str(exc))
-        if refused is not None:
-            logger.info("webhook: a follow-up refused: %s", refused, extra={**context, "task_id": task.id})
-            return WebhookOutcome("applied", refused)
-        logger.info("webhook: a follow-up asked for", extra={**context, "task_id": task.id, "round_key": key})
-        return WebhookOutcome("applied")
+        return self.asks.record(
+            task, trigger, now=now, origin={"delivery": context["delivery"]}, include=[mark]
+        )
 
     def _not_reopened(
         self, back: Reopened, task: Task, event: Mapping[str, Any], now: datetime, mark: Mapping[str, Any]

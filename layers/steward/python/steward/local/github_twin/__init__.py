@@ -13,14 +13,25 @@ REST (root of `twin.url`, as `api.github.com`):
 * `GET /repos/{o}/{r}`, `GET /installation/repositories`, `DELETE /installation/token`,
   `POST|GET /repos/{o}/{r}/pulls`, `GET|PATCH /repos/{o}/{r}/pulls/{n}`,
   `PUT|GET /repos/{o}/{r}/pulls/{n}/merge`, `POST|GET /repos/{o}/{r}/issues/{n}/comments`
-  (a pull request's comments; installation token, `token X` or `Bearer X`)
+  (a pull request's conversation; `since`), `GET /repos/{o}/{r}/pulls/{n}/reviews`,
+  `GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`, `GET /repos/{o}/{r}/pulls/{n}/comments`
+  (inline comments; `since`), `GET /repos/{o}/{r}/commits/{ref}/check-runs` (`filter`,
+  `check_name`, `status`, `app_id`), `GET /repos/{o}/{r}/commits/{ref}/status` (the combined
+  status) (installation token, `token X` or `Bearer X`; `ref` a SHA or a branch)
 
 Git: `{url}/{owner}/{repo}.git` (the repository's `clone_url`).
 
 Admin (`/_twin/`, loopback clients only, no auth): `POST repos/{o}/{r}/pulls/{n}/merge|close|reopen`,
-`GET repos/{o}/{r}/pulls`, `GET repos/{o}/{r}/pulls/{n}/comments`, `GET deliveries`, `POST deliveries/{id}/redeliver`, `POST flush`, `POST withhold {"on": bool}`,
+`POST repos/{o}/{r}/pulls/{n}/reviews {state, body, comments: [{path, line, body}], login?}`,
+`POST repos/{o}/{r}/pulls/{n}/comments {body, login?}`,
+`POST repos/{o}/{r}/pulls/{n}/checks {name, conclusion, output?, ref?}`,
+`POST repos/{o}/{r}/pulls/{n}/statuses {context, state, description?, ref?, target_url?}`,
+`POST repos/{o}/{r}/pulls/{n}/push {login?}`,
+`GET repos/{o}/{r}/pulls`, `GET repos/{o}/{r}/pulls/{n}/comments`, `GET deliveries`,
+`POST deliveries/{id}/redeliver`, `POST flush`, `POST withhold {"on": bool}`,
 `GET|POST faults`, `POST repos`, `POST installations`,
-`POST installations/{id}/suspend|unsuspend|repositories`. `admin` has a client for them.
+`POST installations/{id}/suspend|unsuspend|repositories`. `admin` has a client for most of
+them (the people's acts: `review`, `comment`, `check`, `status`, `push`, `merge`, `close`).
 
 Behaviour that follows GitHub where a simpler fake would not (each can bite a client):
 
@@ -35,6 +46,12 @@ Behaviour that follows GitHub where a simpler fake would not (each can bite a cl
   `X-Hub-Signature-256`, and neither when the secret is empty, as GitHub does.
 * Owner names that would shadow the twin's routes (`repos`, `app`, `_twin`, ...) are refused.
 * One installation per account, holding only that account's repositories, as on GitHub.
+* A review or a comment moves the pull request's `updated_at` (so a conditional listing of
+  pull requests is no longer a 304); a check run or a commit status does not.
+* REST says a review's `state` in capitals (`CHANGES_REQUESTED`), its webhook in lower case;
+  a `status` event has no `action` and writes its times `+00:00`.
+* Installations grant what Steward's App asks for: contents and pull requests write, checks
+  and statuses read; check runs need checks: read, the combined status statuses: read.
 
 For clients: githubkit caches App JWTs (by App id) and installation tokens (by App id and
 installation id) in one process-wide cache by default. Every twin has a new App key, so a

@@ -101,6 +101,25 @@ def check(
     return result
 
 
+def status(
+    github_url: str,
+    full_name: str,
+    number: int,
+    *,
+    context: str,
+    state: str,
+    description: str = "",
+    ref: str | None = None,
+) -> dict[str, Any]:
+    """Post a commit status `context` (error, failure, pending or success) on the pull
+    request's head (or `ref`'s); the status."""
+    payload = {"context": context, "state": state, "description": description, "ref": ref}
+    result: dict[str, Any] = _call(
+        github_url, "POST", f"{_repo_path(full_name)}/pulls/{number}/statuses", json=payload
+    )
+    return result
+
+
 def push(github_url: str, full_name: str, number: int, *, login: str | None = None) -> dict[str, Any]:
     """Push one commit onto the pull request's branch as `login`; the pull request."""
     result: dict[str, Any] = _call(

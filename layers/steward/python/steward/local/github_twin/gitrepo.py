@@ -16,9 +16,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from steward.local.github_twin.shapes import PullStats
+from steward.local.github_twin.shapes import CommitInfo, PullStats
 
 _SAFE_PATH = re.compile(r"^[^\x00-\x1f\"\\][^\x00-\x1f]*$")
+_HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+_PERSON = re.compile(rb"^(.*?) <([^<>]*)> ([0-9]+) [+-][0-9]{4}$")
 _GIT_TIMEOUT = 120.0
 
 
@@ -63,6 +65,7 @@ class GitRepos:
         # Facts about two commits never change (commits are immutable): each is asked once.
         self._stats: dict[tuple[Path, str, str], PullStats] = {}
         self._ancestry: dict[tuple[Path, str, str], bool] = {}
+        self._commits: dict[tuple[Path, str], CommitInfo] = {}
         root.mkdir(parents=True, exist_ok=True)
         home.mkdir(parents=True, exist_ok=True)
 
@@ -172,6 +175,66 @@ class GitRepos:
         for line in out.decode(errors="replace").splitlines():
             sha, _, ref = line.partition(" ")
             heads[ref.removeprefix("refs/heads/")] = sha
+        return heads
+
+    def resolve(self, owner: str, name: str, ref: str) -> str | None:
+        """The commit `ref` names, as GitHub's `commits/{ref}` routes read it: a branch
+        (`heads/` optional), else a full or abbreviated commit SHA; None for anything else."""
+        repo = self.path(owner, name)
+        branch = ref.removeprefix("heads/")
+        if branch and not branch.startswith("-"):
+            sha = self.ref_sha(owner, name, branch)
+            if sha is not None:
+                return sha
+        if not _HEX_SHA.match(ref):
+            return None
+        proc = self._run(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", ok=(0, 1, 128))
+        return (proc.stdout.decode().strip() or None) if proc.returncode == 0 else None
+
+    def commit_info(self, owner: str, name: str, sha: str) -> CommitInfo:
+        """A commit's tree, parents, people and message (asked once: commits never change)."""
+        repo = self.path(owner, name)
+        key = (repo, sha)
+        if key not in self._commits:
+            raw = self._run(repo, "cat-file", "commit", sha).stdout
+            head, _, message = raw.partition(b"\n\n")
+            tree, parents = "", []
+            people: dict[bytes, tuple[str, str, float]] = {}
+            for line in head.split(b"\n"):
+                field, _, value = line.partition(b" ")
+                if field == b"tree":
+                    tree = value.decode()
+                elif field == b"parent":
+                    parents.append(value.decode())
+                elif field in (b"author", b"committer"):
+                    match = _PERSON.match(value)
+                    if match is not None:
+                        people[field] = (
+                            match.group(1).decode(errors="replace"),
+                            match.group(2).decode(errors="replace"),
+                            float(match.group(3)),
+                        )
+            nobody = ("", "", 0.0)
+            self._commits[key] = CommitInfo(
+                sha=sha,
+                tree=tree,
+                parents=tuple(parents),
+                author=people.get(b"author", nobody),
+                committer=people.get(b"committer", nobody),
+                message=message.decode(errors="replace").rstrip("\n"),
+            )
+        return self._commits[key]
+
+    def branches_containing(self, owner: str, name: str, sha: str) -> dict[str, str]:
+        """Every branch whose history holds commit `sha`, and the branch's own commit."""
+        repo = self.path(owner, name)
+        out = self._run(
+            repo, "for-each-ref", f"--contains={sha}", "--format=%(objectname) %(refname)", "refs/heads/"
+        ).stdout
+        heads: dict[str, str] = {}
+        for line in out.decode(errors="replace").splitlines():
+            branch_sha, _, ref = line.partition(" ")
+            heads[ref.removeprefix("refs/heads/")] = branch_sha
         return heads
 
     def is_ancestor(self, owner: str, name: str, ancestor: str, descendant: str) -> bool:

@@ -24,7 +24,13 @@ from urllib.parse import parse_qsl, unquote, urlencode
 
 from steward.local.github_twin import http_backend, shapes
 from steward.local.github_twin.state import TwinError
-from steward.local.github_twin.twin import CHECK_CONCLUSIONS, REVIEWER_LOGIN, GitHubTwin, GitRequest
+from steward.local.github_twin.twin import (
+    CHECK_CONCLUSIONS,
+    REVIEWER_LOGIN,
+    STATUS_STATES,
+    GitHubTwin,
+    GitRequest,
+)
 from steward.local.http_base import LocalHandler, LocalHttpServer, Refused
 
 _LOG = logging.getLogger(__name__)
@@ -33,6 +39,8 @@ Json = Any
 _MAX_BODY = 10 * 1024 * 1024
 _SEGMENT = r"([^/?#]+)"
 _NUMBER = r"([0-9]{1,9})"
+_ID = r"([0-9]{1,18})"
+_REF = r"(.+?)"  # a SHA or a branch name, which may hold slashes
 _GIT = re.compile(
     r"^/([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9_.-]+?)\.git(/info/refs|/git-upload-pack|/git-receive-pack)$"
 )
@@ -403,8 +411,38 @@ def _create_comment(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Res
 
 
 def _list_comments(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
-    items, headers = _paged(req, twin.api_list_comments(req.authorization, _full(m), int(m[2])), twin.url)
+    comments = twin.api_list_comments(req.authorization, _full(m), int(m[2]), req.query)
+    items, headers = _paged(req, comments, twin.url)
     return _Result(200, items, headers)
+
+
+def _list_reviews(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    items, headers = _paged(req, twin.api_list_reviews(req.authorization, _full(m), int(m[2])), twin.url)
+    return _Result(200, items, headers)
+
+
+def _list_comments_of_review(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    comments = twin.api_list_review_comments_of(req.authorization, _full(m), int(m[2]), int(m[3]))
+    items, headers = _paged(req, comments, twin.url)
+    return _Result(200, items, headers)
+
+
+def _list_review_comments(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    comments = twin.api_list_review_comments(req.authorization, _full(m), int(m[2]), req.query)
+    items, headers = _paged(req, comments, twin.url)
+    return _Result(200, items, headers)
+
+
+def _check_runs(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    runs = twin.api_check_runs(req.authorization, _full(m), unquote(m[2]), req.query)
+    items, headers = _paged(req, runs, twin.url)
+    return _Result(200, {"total_count": len(runs), "check_runs": items}, headers)
+
+
+def _combined_status(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    combined = twin.api_combined_status(req.authorization, _full(m), unquote(m[2]))
+    items, headers = _paged(req, combined["statuses"], twin.url)
+    return _Result(200, {**combined, "statuses": items}, headers)
 
 
 def _check_merged(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
@@ -430,6 +468,15 @@ _ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/merge$"), _check_merged),
     ("POST", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/issues/{_NUMBER}/comments$"), _create_comment),
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/issues/{_NUMBER}/comments$"), _list_comments),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/reviews$"), _list_reviews),
+    (
+        "GET",
+        re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/reviews/{_ID}/comments$"),
+        _list_comments_of_review,
+    ),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _list_review_comments),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/commits/{_REF}/check-runs$"), _check_runs),
+    ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/commits/{_REF}/status$"), _combined_status),
 ]
 
 
@@ -499,6 +546,26 @@ def _admin_check(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result
         ref=ref if isinstance(ref, str) and ref else None,
     )
     return _Result(201, run)
+
+
+def _admin_status(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    body = req.json()
+    context, state = body.get("context"), body.get("state")
+    if not isinstance(context, str) or not context:
+        raise ValueError("context: a status needs a context")
+    if state not in STATUS_STATES:
+        raise ValueError(f"state: one of {', '.join(STATUS_STATES)}")
+    ref, target_url = body.get("ref"), body.get("target_url")
+    status = twin.status(
+        _full(m),
+        int(m[2]),
+        context=context,
+        state=state,
+        description=str(body.get("description") or ""),
+        ref=ref if isinstance(ref, str) and ref else None,
+        target_url=target_url if isinstance(target_url, str) and target_url else None,
+    )
+    return _Result(201, status)
 
 
 def _admin_push(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
@@ -580,6 +647,7 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/reviews$"), _admin_review),
     ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _admin_comment),
     ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/checks$"), _admin_check),
+    ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/statuses$"), _admin_status),
     ("POST", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/push$"), _admin_push),
     ("GET", re.compile(rf"^/_twin/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _admin_comments),
     ("GET", re.compile(r"^/_twin/deliveries$"), _admin_deliveries),

@@ -11,11 +11,25 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from steward.local.github_twin.state import Account, Comment, Installation, Pull, Repo, iso, node_id
+from steward.local.github_twin.state import (
+    Account,
+    Comment,
+    CommitStatus,
+    Installation,
+    Pull,
+    Repo,
+    iso,
+    node_id,
+)
 
 __all__ = [
+    "CommitInfo",
     "PullStats",
     "check_run",
+    "check_run_rest",
+    "combined_status",
+    "commit",
+    "commit_status",
     "error",
     "installation",
     "issue_comment",
@@ -26,6 +40,8 @@ __all__ = [
     "repository_brief",
     "review",
     "review_comment",
+    "review_rest",
+    "status_event",
     "user",
 ]
 
@@ -44,6 +60,19 @@ class PullStats:
     changed_files: int = 0
     mergeable: bool | None = True
     comments: int = 0  # issue comments (not a branch figure, but counted with them)
+    review_comments: int = 0  # inline comments of reviews (likewise)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """A commit as git stores it; the people are (name, email, epoch seconds)."""
+
+    sha: str
+    tree: str
+    parents: tuple[str, ...]
+    author: tuple[str, str, float]
+    committer: tuple[str, str, float]
+    message: str
 
 
 def user(base: str, account: Account) -> Json:
@@ -314,7 +343,7 @@ def pull_request(
                 "mergeable_state": ("clean" if stats.mergeable else "dirty") if open_ else "unknown",
                 "merged_by": merged_by,
                 "comments": stats.comments,
-                "review_comments": 0,
+                "review_comments": stats.review_comments,
                 "maintainer_can_modify": False,
                 "commits": stats.commits,
                 "additions": stats.additions,
@@ -384,6 +413,12 @@ def review(
         "author_association": association,
         "_links": {"html": {"href": html}, "pull_request": {"href": pull_api}},
     }
+
+
+def review_rest(event_review: Json) -> Json:
+    """A review as the REST API lists it, from the `review` its webhook carried: the REST
+    API says the state in capitals (`CHANGES_REQUESTED`) and an empty body as ``""``."""
+    return {**event_review, "body": event_review["body"] or "", "state": event_review["state"].upper()}
 
 
 def review_comment(
@@ -491,6 +526,117 @@ def check_run(
         "check_suite": suite,
         "app": app,
         "pull_requests": pulls,
+    }
+
+
+def check_run_rest(event_run: Json, pulls: list[Json]) -> Json:
+    """A check run as the REST API lists it, from the `check_run` its webhook carried: the
+    suite by its id only, and the pull requests whose head the commit is now."""
+    return {**event_run, "check_suite": {"id": event_run["check_suite"]["id"]}, "pull_requests": pulls}
+
+
+def commit(
+    base: str, full_name: str, info: CommitInfo, *, author: Json | None, committer: Json | None
+) -> Json:
+    """A commit with its git data (the `status` event's `commit`, the REST `Commit` shape
+    without the diff): `author`/`committer` are the GitHub users the emails belong to."""
+    api = f"{base}/repos/{full_name}"
+
+    def person(who: tuple[str, str, float]) -> Json:
+        return {"name": who[0], "email": who[1], "date": iso(who[2])}
+
+    return {
+        "sha": info.sha,
+        "node_id": node_id("C", int(info.sha[:12], 16)),
+        "commit": {
+            "author": person(info.author),
+            "committer": person(info.committer),
+            "message": info.message,
+            "tree": {"sha": info.tree, "url": f"{api}/git/trees/{info.tree}"},
+            "url": f"{api}/git/commits/{info.sha}",
+            "comment_count": 0,
+            "verification": {
+                "verified": False,
+                "reason": "unsigned",
+                "signature": None,
+                "payload": None,
+                "verified_at": None,
+            },
+        },
+        "url": f"{api}/commits/{info.sha}",
+        "html_url": f"{base}/{full_name}/commit/{info.sha}",
+        "comments_url": f"{api}/commits/{info.sha}/comments",
+        "author": author,
+        "committer": committer,
+        "parents": [
+            {"sha": p, "url": f"{api}/commits/{p}", "html_url": f"{base}/{full_name}/commit/{p}"}
+            for p in info.parents
+        ],
+    }
+
+
+def commit_status(base: str, full_name: str, status: CommitStatus, *, creator: Json) -> Json:
+    """One commit status (the `SimpleCommitStatus` shape of a combined status)."""
+    return {
+        "url": f"{base}/repos/{full_name}/statuses/{status.sha}",
+        "avatar_url": creator["avatar_url"],
+        "id": status.id,
+        "node_id": node_id("SC", status.id),
+        "state": status.state,
+        "description": status.description,
+        "target_url": status.target_url,
+        "context": status.context,
+        "created_at": iso(status.created_at),
+        "updated_at": iso(status.updated_at),
+    }
+
+
+def combined_status(base: str, repo: Json, sha: str, statuses: list[Json]) -> Json:
+    """GitHub's combined status of a commit from the latest status of each context:
+    failure if any is error or failure, pending if any is pending or there is none, else
+    success."""
+    states = {s["state"] for s in statuses}
+    if states & {"error", "failure"}:
+        state = "failure"
+    elif not states or "pending" in states:
+        state = "pending"
+    else:
+        state = "success"
+    api = f"{base}/repos/{repo['full_name']}/commits/{sha}"
+    return {
+        "state": state,
+        "statuses": statuses,
+        "sha": sha,
+        "total_count": len(statuses),
+        "repository": repo,
+        "commit_url": api,
+        "url": f"{api}/status",
+    }
+
+
+def status_event(
+    full_name: str,
+    status: CommitStatus,
+    *,
+    creator: Json,
+    commit_json: Json,
+    branches: list[Json],
+) -> Json:
+    """The fields of a `status` webhook before its repository, sender and installation (it
+    has no `action`; its times are written `+00:00`, unlike every other event's)."""
+    return {
+        "id": status.id,
+        "sha": status.sha,
+        "name": full_name,
+        "target_url": status.target_url,
+        "avatar_url": creator["avatar_url"],
+        "context": status.context,
+        "description": status.description,
+        "state": status.state,
+        "commit": commit_json,
+        "branches": branches,
+        "created_at": iso(status.created_at).replace("Z", "+00:00"),
+        "updated_at": iso(status.updated_at).replace("Z", "+00:00"),
     }
 
 

@@ -1,4 +1,5 @@
-"""The twin's records: accounts, repositories, installations, tokens and pull requests.
+"""The twin's records: accounts, repositories, installations, tokens, pull requests, their
+comments and commit statuses.
 
 Plain mutable records guarded by the twin's one lock; JSON is built from them on demand
 (`shapes`), so a response always shows the current state, as GitHub's would.
@@ -11,7 +12,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-DEFAULT_PERMISSIONS = {"contents": "write", "metadata": "read", "pull_requests": "write"}
+# What Steward's App asks for (README, "The GitHub App"): checks and statuses to read failing ones.
+DEFAULT_PERMISSIONS = {
+    "checks": "read",
+    "contents": "write",
+    "metadata": "read",
+    "pull_requests": "write",
+    "statuses": "read",
+}
 LEVELS = {"read": 1, "write": 2, "admin": 3}
 TOKEN_TTL_SECONDS = 3600.0  # GitHub installation tokens last one hour
 
@@ -127,5 +135,21 @@ class Comment:
     number: int
     body: str
     user: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass
+class CommitStatus:
+    """A commit status a CI posted on a commit (GitHub keeps every one; a context's latest counts)."""
+
+    id: int
+    repo_id: int
+    sha: str
+    context: str
+    state: str  # error, failure, pending or success
+    description: str | None
+    target_url: str | None
+    creator: str  # login
     created_at: float
     updated_at: float

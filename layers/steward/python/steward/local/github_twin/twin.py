@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from steward.local.github_twin.state import (
     TOKEN_TTL_SECONDS,
     Account,
     Comment,
+    CommitStatus,
     Installation,
     Pull,
     Repo,
@@ -55,10 +57,12 @@ DRIVE_BY_LOGIN = "drive-by"  # a GitHub user with no standing in the repository
 ASSOCIATIONS = {HUMAN_LOGIN: "MEMBER", REVIEWER_LOGIN: "COLLABORATOR"}
 CHECKS_APP_SLUG = "twin-ci"  # the App that reports the twin's check runs
 CHECK_CONCLUSIONS = ("success", "failure", "timed_out", "neutral", "cancelled")
+STATUS_STATES = ("error", "failure", "pending", "success")
 JWT_MAX_SECONDS = 600  # GitHub refuses an App JWT that expires more than 10 minutes ahead
 _TOKEN_ALPHABET = string.ascii_letters + string.digits
 _OWNER = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_NOREPLY = re.compile(r"^([0-9]+)\+([^@]+)@users\.noreply\.localhost$")
 _BRANCH = re.compile(r"^(?!/)(?!.*(?:\.\.|//|@\{|\.lock$|/$|\.$))[^\x00-\x20~^:?*\[\\\x7f]+$")
 # names that would shadow the twin's own routes (GitHub reserves them as well)
 _RESERVED_OWNERS = {
@@ -75,6 +79,12 @@ _RESERVED_OWNERS = {
 _DOCS = "https://docs.github.com/rest"
 _DOCS_PULLS = "https://docs.github.com/rest/pulls/pulls"
 _DOCS_COMMENTS = "https://docs.github.com/rest/issues/comments"
+_DOCS_REVIEWS = "https://docs.github.com/rest/pulls/reviews"
+_DOCS_REVIEW_COMMENTS = "https://docs.github.com/rest/pulls/comments"
+_DOCS_CHECKS = "https://docs.github.com/rest/checks/runs#list-check-runs-for-a-git-reference"
+_DOCS_STATUSES = (
+    "https://docs.github.com/rest/commits/statuses#get-the-combined-status-for-a-specific-reference"
+)
 _DOCS_MINT = "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app"
 _NOT_ACCESSIBLE = "Resource not accessible by integration"
 
@@ -137,6 +147,9 @@ class GitHubTwin(Running):
         self._comments: dict[tuple[int, int], list[Comment]] = {}  # (repo id, number) -> oldest first
         # (repo id, number) -> each review and its inline comments, as their events carried them
         self._reviews: dict[tuple[int, int], list[tuple[Json, list[Json]]]] = {}
+        # (repo id, head SHA) -> each check run as its event carried it, oldest first
+        self._check_runs: dict[tuple[int, str], list[Json]] = {}
+        self._statuses: dict[tuple[int, str], list[CommitStatus]] = {}  # (repo id, SHA) -> oldest first
         self._git_requests: list[GitRequest] = []
         self._ids = {
             "account": 1000,
@@ -147,6 +160,7 @@ class GitHubTwin(Running):
             "review": 7000000,
             "check_run": 3000000,
             "check_suite": 2000000,
+            "status": 4000000,
         }
         self._rest_errors_served = 0
         self._bot = self._account(f"{self.app_slug}[bot]", "Bot")
@@ -342,7 +356,8 @@ class GitHubTwin(Running):
         """`login` submits a review of pull request `number` on its head (`state`:
         changes_requested, approved or commented) with inline `comments` (path, line, text):
         one `pull_request_review` event, and one `pull_request_review_comment` per inline
-        comment, as GitHub sends them. The review as the event carries it."""
+        comment, as GitHub sends them; the pull request's `updated_at` moves, as on GitHub.
+        The review as the event carries it."""
         if state not in ("changes_requested", "approved", "commented"):
             raise ValueError(f"a review's state is changes_requested, approved or commented, not {state!r}")
         with self._lock:
@@ -383,6 +398,7 @@ class GitHubTwin(Running):
                 for path, line, text in comments
             ]
             self._reviews.setdefault((repo.id, number), []).append((review, inline))
+            pull.updated_at = now
             pull_json = self._pull_json(repo, pull, full=True)
             for comment in inline:
                 self._emit(
@@ -400,7 +416,8 @@ class GitHubTwin(Running):
 
     def comment(self, full_name: str, number: int, body: str, *, login: str = REVIEWER_LOGIN) -> Json:
         """`login` comments on pull request `number`'s conversation: an `issue_comment`
-        event whose issue links the pull request. The comment as the event carries it."""
+        event whose issue links the pull request; the pull request's `updated_at` moves, as
+        on GitHub. The comment as the event carries it."""
         with self._lock:
             repo = self._repo(full_name)
             pull = self._pull(repo, number)
@@ -408,6 +425,7 @@ class GitHubTwin(Running):
             now = time.time()
             record = Comment(self._next("comment"), repo.id, number, body, author["login"], now, now)
             self._comments.setdefault((repo.id, number), []).append(record)
+            pull.updated_at = now
             comment = shapes.issue_comment(
                 self.url, repo.full_name, record, author=author, association=association
             )
@@ -427,7 +445,8 @@ class GitHubTwin(Running):
     ) -> Json:
         """A check run `name` completes with `conclusion` on the head of pull request
         `number` (or of branch `ref`): a `check_run` event naming the pull requests whose
-        head that commit is. The check run as the event carries it."""
+        head that commit is; the commit's check runs list it. The pull request does not
+        change. The check run as the event carries it."""
         with self._lock:
             repo = self._repo(full_name)
             pull = self._pull(repo, number)
@@ -436,18 +455,7 @@ class GitHubTwin(Running):
             sha = self._git.ref_sha(repo.owner, repo.name, branch) if ref else pull.head_sha
             if sha is None:
                 raise ValueError(f"{full_name} has no branch {branch!r}")
-            minimal = {"id": repo.id, "url": f"{self.url}/repos/{repo.full_name}", "name": repo.name}
-            pulls = [
-                {
-                    "id": p.id,
-                    "number": p.number,
-                    "url": f"{self.url}/repos/{repo.full_name}/pulls/{p.number}",
-                    "head": {"ref": p.head_ref, "sha": p.head_sha, "repo": minimal},
-                    "base": {"ref": p.base_ref, "sha": p.base_sha, "repo": minimal},
-                }
-                for p in self._pulls[repo.id].values()
-                if p.state == "open" and p.head_sha == sha
-            ]
+            pulls = self._minimal_pulls(repo, sha)
             app = self._checks_app()
             run = shapes.check_run(
                 self.url,
@@ -463,6 +471,7 @@ class GitHubTwin(Running):
                 app=app,
                 at=time.time(),
             )
+            self._check_runs.setdefault((repo.id, sha), []).append(run)
             self._emit(
                 repo,
                 "check_run",
@@ -471,6 +480,63 @@ class GitHubTwin(Running):
                 check_run=run,
             )
             return run
+
+    def status(
+        self,
+        full_name: str,
+        number: int,
+        *,
+        context: str,
+        state: str,
+        description: str = "",
+        ref: str | None = None,
+        target_url: str | None = None,
+    ) -> Json:
+        """The twin's CI posts a commit status `context` with `state` (error, failure,
+        pending or success) on the head of pull request `number` (or of branch `ref`): a
+        `status` event as GitHub sends it; the commit's combined status counts it. The pull
+        request does not change. The status as the REST API shows it."""
+        if state not in STATUS_STATES:
+            raise ValueError(f"a status's state is one of {', '.join(STATUS_STATES)}, not {state!r}")
+        if not context:
+            raise ValueError("a status needs a context")
+        with self._lock:
+            repo = self._repo(full_name)
+            pull = self._pull(repo, number)
+            self._refresh(repo, pull)
+            sha = self.branch_sha(full_name, ref) if ref else pull.head_sha
+            if sha is None:
+                raise ValueError(f"{full_name} has no branch {ref!r}")
+            creator = self._account(f"{CHECKS_APP_SLUG}[bot]", "Bot")
+            now = time.time()
+            record = CommitStatus(
+                self._next("status"),
+                repo.id,
+                sha,
+                context,
+                state,
+                description or None,
+                target_url or None,
+                creator.login,
+                now,
+                now,
+            )
+            self._statuses.setdefault((repo.id, sha), []).append(record)
+            creator_json = shapes.user(self.url, creator)
+            api = f"{self.url}/repos/{repo.full_name}"
+            branches = [
+                {"name": name, "commit": {"sha": head, "url": f"{api}/commits/{head}"}, "protected": False}
+                for name, head in sorted(self._git.branches_containing(repo.owner, repo.name, sha).items())
+            ][:10]  # GitHub names at most 10
+            fields = shapes.status_event(
+                repo.full_name,
+                record,
+                creator=creator_json,
+                commit_json=self._commit_json(repo, sha),
+                branches=branches,
+            )
+            self._emit(repo, "status", creator_json, action=None, **fields)
+            return shapes.commit_status(self.url, repo.full_name, record, creator=creator_json)
 
     def pulls(self, full_name: str) -> list[Json]:
         """Every pull request of the repository, oldest first, in the full shape."""
@@ -893,16 +959,133 @@ class GitHubTwin(Running):
             now = time.time()
             comment = Comment(self._next("comment"), repo.id, number, text, self._bot.login, now, now)
             self._comments.setdefault((repo.id, number), []).append(comment)
+            self._pull(repo, number).updated_at = now  # as any comment does on GitHub
             return self._comment_json(repo, comment)
 
-    def api_list_comments(self, authorization: str | None, full_name: str, number: int) -> list[Json]:
-        """`GET /repos/{o}/{r}/issues/{n}/comments`: oldest first, every one (the caller pages)."""
+    def api_list_comments(
+        self, authorization: str | None, full_name: str, number: int, query: Mapping[str, str] | None = None
+    ) -> list[Json]:
+        """`GET /repos/{o}/{r}/issues/{n}/comments`: oldest first, every one (the caller pages);
+        `since` (ISO 8601): only those updated at or after it."""
         with self._lock:
             token = self._token(authorization)
             repo = self._reachable_repo(token, full_name)
             _require(token, "pull_requests", "read")
             self._pull(repo, number)
-            return [self._comment_json(repo, c) for c in self._comments.get((repo.id, number), [])]
+            since = _since(query or {}, _DOCS_COMMENTS, "IssueComment")
+            return [
+                self._comment_json(repo, c)
+                for c in self._comments.get((repo.id, number), [])
+                if since is None or int(c.updated_at) >= since
+            ]
+
+    def api_list_reviews(self, authorization: str | None, full_name: str, number: int) -> list[Json]:
+        """`GET /repos/{o}/{r}/pulls/{n}/reviews`: oldest first (the caller pages), in the
+        REST shape (`state` in capitals)."""
+        with self._lock:
+            token = self._token(authorization)
+            repo = self._reachable_repo(token, full_name)
+            _require(token, "pull_requests", "read")
+            self._pull(repo, number)
+            return [shapes.review_rest(review) for review, _ in self._reviews.get((repo.id, number), [])]
+
+    def api_list_review_comments_of(
+        self, authorization: str | None, full_name: str, number: int, review_id: int
+    ) -> list[Json]:
+        """`GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`: that review's inline
+        comments, oldest first; 404 for a review that is not one of this pull request's."""
+        with self._lock:
+            token = self._token(authorization)
+            repo = self._reachable_repo(token, full_name)
+            _require(token, "pull_requests", "read")
+            self._pull(repo, number)
+            for review, inline in self._reviews.get((repo.id, number), []):
+                if review["id"] == review_id:
+                    return list(inline)
+            raise TwinError(404, "Not Found", documentation_url=_DOCS_REVIEWS)
+
+    def api_list_review_comments(
+        self, authorization: str | None, full_name: str, number: int, query: Mapping[str, str]
+    ) -> list[Json]:
+        """`GET /repos/{o}/{r}/pulls/{n}/comments`: every review's inline comments, oldest
+        first (the caller pages); `since` (ISO 8601): only those updated at or after it."""
+        with self._lock:
+            token = self._token(authorization)
+            repo = self._reachable_repo(token, full_name)
+            _require(token, "pull_requests", "read")
+            self._pull(repo, number)
+            since = _since(query, _DOCS_REVIEW_COMMENTS, "PullRequestReviewComment")
+            inline = [c for _, comments in self._reviews.get((repo.id, number), []) for c in comments]
+            inline.sort(key=lambda c: int(c["id"]))
+            return [c for c in inline if since is None or _epoch(c["updated_at"]) >= since]
+
+    def api_check_runs(
+        self, authorization: str | None, full_name: str, ref: str, query: Mapping[str, str]
+    ) -> list[Json]:
+        """`GET /repos/{o}/{r}/commits/{ref}/check-runs` (`ref` a SHA or a branch): the check
+        runs on that commit, newest first (the caller pages and counts). `filter`: `latest`
+        (the default: each check's most recent run) or `all`; `check_name`, `status` and
+        `app_id` narrow it. Needs checks: read."""
+        with self._lock:
+            token = self._token(authorization)
+            repo = self._reachable_repo(token, full_name)
+            _require(token, "checks", "read")
+            which, status = query.get("filter", "latest"), query.get("status")
+            if which not in ("latest", "all"):
+                raise _validation_failed(
+                    _DOCS_CHECKS, {"resource": "CheckRun", "field": "filter", "code": "invalid"}
+                )
+            if status is not None and status not in ("queued", "in_progress", "completed"):
+                raise _validation_failed(
+                    _DOCS_CHECKS, {"resource": "CheckRun", "field": "status", "code": "invalid"}
+                )
+            sha = self._commit_of(repo, ref)
+            if sha is None:
+                raise TwinError(422, f"No commit found for SHA: {ref}", documentation_url=_DOCS_CHECKS)
+            runs = list(reversed(self._check_runs.get((repo.id, sha), [])))
+            if which == "latest":
+                seen: set[tuple[int, str]] = set()
+                latest: list[Json] = []
+                for run in runs:
+                    key = (int(run["app"]["id"]), str(run["name"]))
+                    if key not in seen:
+                        seen.add(key)
+                        latest.append(run)
+                runs = latest
+            if "check_name" in query:
+                runs = [r for r in runs if r["name"] == query["check_name"]]
+            if status is not None:
+                runs = [r for r in runs if r["status"] == status]
+            if "app_id" in query:
+                runs = [r for r in runs if str(r["app"]["id"]) == query["app_id"]]
+            pulls = self._minimal_pulls(repo, sha)
+            return [shapes.check_run_rest(r, pulls) for r in runs]
+
+    def api_combined_status(self, authorization: str | None, full_name: str, ref: str) -> Json:
+        """`GET /repos/{o}/{r}/commits/{ref}/status` (`ref` a SHA or a branch): GitHub's
+        combined status, with the latest status of each context, newest first (the caller
+        pages `statuses`). Needs statuses: read."""
+        with self._lock:
+            token = self._token(authorization)
+            repo = self._reachable_repo(token, full_name)
+            _require(token, "statuses", "read")
+            sha = self._commit_of(repo, ref)
+            if sha is None:
+                raise TwinError(404, f"No commit found for SHA: {ref}", documentation_url=_DOCS_STATUSES)
+            latest: dict[str, CommitStatus] = {}
+            for record in self._statuses.get((repo.id, sha), []):
+                latest[record.context] = record
+            chosen = sorted(latest.values(), key=lambda r: r.id, reverse=True)
+            statuses = [
+                shapes.commit_status(
+                    self.url,
+                    repo.full_name,
+                    r,
+                    creator=shapes.user(self.url, self._accounts[r.creator.lower()]),
+                )
+                for r in chosen
+            ]
+            return shapes.combined_status(self.url, self._repo_json(self.url, repo), sha, statuses)
 
     def admin_faults(self, values: Mapping[str, Any]) -> dict[str, int]:
         try:
@@ -1091,14 +1274,17 @@ class GitHubTwin(Running):
             pull_request=self._pull_json(repo, pull, full=True),
         )
 
-    def _emit(self, repo: Repo, event: str, sender: Account | Json, *, action: str, **fields: Any) -> None:
-        """A repository event, sent only when a live, unsuspended installation holds it."""
+    def _emit(
+        self, repo: Repo, event: str, sender: Account | Json, *, action: str | None, **fields: Any
+    ) -> None:
+        """A repository event, sent only when a live, unsuspended installation holds it
+        (`action` None: an event without one, as `status`)."""
         inst = self._installation_of(repo)
         if inst is None or inst.suspended_at is not None:
             return
         base = self.url
         payload: Json = {
-            "action": action,
+            **({} if action is None else {"action": action}),
             **fields,
             "repository": self._repo_json(base, repo),
             "sender": sender if isinstance(sender, dict) else shapes.user(base, sender),
@@ -1176,6 +1362,46 @@ class GitHubTwin(Running):
             "permissions": {"checks": "write"},
             "events": [],
         }
+
+    def _minimal_pulls(self, repo: Repo, sha: str) -> list[Json]:
+        """The open pull requests whose head is `sha`, as check runs name them."""
+        minimal = {"id": repo.id, "url": f"{self.url}/repos/{repo.full_name}", "name": repo.name}
+        return [
+            {
+                "id": p.id,
+                "number": p.number,
+                "url": f"{self.url}/repos/{repo.full_name}/pulls/{p.number}",
+                "head": {"ref": p.head_ref, "sha": p.head_sha, "repo": minimal},
+                "base": {"ref": p.base_ref, "sha": p.base_sha, "repo": minimal},
+            }
+            for p in self._pulls[repo.id].values()
+            if p.state == "open" and p.head_sha == sha
+        ]
+
+    def _commit_of(self, repo: Repo, ref: str) -> str | None:
+        """The commit a `commits/{ref}` route names: a branch (`heads/` optional) or a SHA."""
+        if not _BRANCH.match(ref.removeprefix("heads/")):
+            return None
+        return self._git.resolve(repo.owner, repo.name, ref)
+
+    def _commit_json(self, repo: Repo, sha: str) -> Json:
+        info = self._git.commit_info(repo.owner, repo.name, sha)
+        return shapes.commit(
+            self.url,
+            repo.full_name,
+            info,
+            author=self._user_of_email(info.author[1]),
+            committer=self._user_of_email(info.committer[1]),
+        )
+
+    def _user_of_email(self, email: str) -> Json | None:
+        """The GitHub user a commit email belongs to (the twin's `{id}+{login}@users.noreply`
+        form), or None, as GitHub shows a commit by an unknown email."""
+        match = _NOREPLY.match(email)
+        account = None if match is None else self._accounts.get(match.group(2).lower())
+        if account is None or match is None or str(account.id) != match.group(1):
+            return None
+        return shapes.user(self.url, account)
 
     def _emit_installation(self, action: str, inst: Installation) -> None:
         base = self.url
@@ -1302,7 +1528,11 @@ class GitHubTwin(Running):
         )
         stats = self._git.stats(repo.owner, repo.name, pull.base_sha, pull.head_sha) if full else None
         if stats is not None:
-            stats = replace(stats, comments=len(self._comments.get((repo.id, pull.number), [])))
+            stats = replace(
+                stats,
+                comments=len(self._comments.get((repo.id, pull.number), [])),
+                review_comments=sum(len(c) for _, c in self._reviews.get((repo.id, pull.number), [])),
+            )
         return shapes.pull_request(
             base,
             self._repo_json(base, repo),
@@ -1371,6 +1601,25 @@ def _inaccessible() -> TwinError:
 
 def _validation_failed(documentation_url: str, *errors: dict[str, str]) -> TwinError:
     return TwinError(422, "Validation Failed", errors=list(errors), documentation_url=documentation_url)
+
+
+def _epoch(stamp: str) -> int:
+    """Seconds since the epoch of an ISO 8601 time (one without a zone is UTC)."""
+    moment = datetime.fromisoformat(stamp)
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
+
+
+def _since(query: Mapping[str, str], documentation_url: str, resource: str) -> int | None:
+    """GitHub's `since` parameter in seconds (times are compared in whole seconds, as shown)."""
+    raw = query.get("since")
+    if raw is None:
+        return None
+    try:
+        return _epoch(raw)
+    except ValueError:
+        raise _validation_failed(
+            documentation_url, {"resource": resource, "field": "since", "code": "invalid"}
+        ) from None
 
 
 def _list_of(value: Any, kind: type) -> bool:
