@@ -416,6 +416,7 @@ def test_a_tasks_rounds_say_what_asked_what_they_pushed_their_checks_and_cost(
     assert one == {
         "id": seeded.answered.id,
         "round": 1,
+        "attempt": 1,
         "status": "answered",
         "classification": None,
         "reason": None,

@@ -8,6 +8,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from steward.adapters.dynamo import count_requests
@@ -681,3 +682,67 @@ def test_a_round_beyond_the_tasks_approved_follow_ups_is_never_started(loop: Loo
         loop.tasks.start_round(loop.tasks.require(parent.id), beyond, now=loop.clock(), charge=charge)
     assert loop.tasks.get(beyond.id) is None
     assert loop.tasks.require(parent.id).rounds_used == 2
+
+
+def _fail(loop: Loop, task: Task, classification: str, *, cost: str = "0") -> None:
+    """The round's runtime ends it failed (or the reaper does: `retryable`), having spent `cost`."""
+    now = loop.clock()
+    running = loop.tasks.claim(task, runtime_id=f"r-{task.id}", now=now, deadline=now + timedelta(hours=1))
+    loop.services.tables.table(TASKS).update_item(
+        Key={"task_id": task.id},
+        UpdateExpression="SET cost_usd = :c",
+        ExpressionAttributeValues={":c": Decimal(cost)},
+    )
+    running = loop.tasks.require(running.id)
+    loop.tasks.transition(
+        running, TaskStatus.FAILED, now=now, event="finished", classification=classification, reason="it died"
+    )
+
+
+def test_a_round_that_fails_retryably_is_tried_again_within_its_one_budget_then_its_failure_is_said_once(
+    loop: Loop,
+) -> None:
+    parent = _in_review_with_an_ask(loop)
+    tick(loop)
+    (first,) = [t for t in loop.tasks.live_for_user("alice") if t.is_round]
+    budget = first.budget_usd
+    _fail(loop, first, "retryable", cost="0.25")  # the runtime died (the reaper's ending)
+    tick(loop)  # settles round 1: its ask waits again, first, the round uncounted
+    waiting = loop.tasks.require(parent.id)
+    assert (waiting.rounds_used, waiting.rounds_settled) == (0, 0)
+    assert [(a["round_key"], a["attempt"], a["spent_usd"]) for a in waiting.pending_asks] == [
+        (f"7:{HEAD}:review", 2, "0.25")
+    ]
+    tick(loop)  # round 1 again, its second attempt, with what is left of the round's budget
+    (second,) = [t for t in loop.tasks.live_for_user("alice") if t.is_round]
+    assert (second.round, second.attempt, second.budget_usd) == (1, 2, budget - Decimal("0.25"))
+    assert second.id != first.id
+    assert loop.tasks.require(parent.id).rounds_used == 1
+    _fail(loop, second, "final")  # the checks failed: no attempt would differ
+    tick(loop)
+    settled = loop.tasks.require(parent.id)
+    assert (settled.rounds_used, settled.rounds_settled, settled.pending_asks) == (1, 1, ())
+    assert settled.pending_replies == (f"round_failed:{second.id}",)
+    types = [e["type"] for e in _events(loop, parent.id) if str(e["type"]).startswith("follow_up")]
+    assert types == [
+        "follow_up_asked",
+        "follow_up_started",
+        "follow_up_retried",
+        "follow_up_started",
+        "follow_up_settled",
+    ]
+
+
+def test_an_answered_round_is_settled_with_its_head_before_the_next_ask_gets_its_round(loop: Loop) -> None:
+    parent = _in_review_with_an_ask(loop)
+    tick(loop)
+    (one,) = [t for t in loop.tasks.live_for_user("alice") if t.is_round]
+    now = loop.clock()
+    running = loop.tasks.claim(one, runtime_id="r-round", now=now, deadline=now + timedelta(hours=1))
+    # its ending was recorded, but the runtime's word to its parent was lost
+    loop.tasks.transition(
+        running, TaskStatus.ANSWERED, now=now, event="finished", extra={"head_sha": "e" * 40}
+    )
+    tick(loop)
+    settled = loop.tasks.require(parent.id)
+    assert (settled.rounds_settled, settled.head_sha, settled.pending_replies) == (1, "e" * 40, ())

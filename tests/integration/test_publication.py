@@ -600,6 +600,37 @@ def test_a_remote_branch_behind_our_commit_is_fast_forwarded(kit: Kit) -> None:
 # ---- credentials
 
 
+def merging_clone(kit: Kit, name: str) -> tuple[Path, str]:
+    """A clone with the run's changes and, merged without a commit (as a conflict round's
+    runner merges), a commit a person pushed to `main` holding text the redactor knows as a
+    secret (the base has it already: it is not the change's to refuse)."""
+    clone = kit.worked_clone(name)
+    secret = {"settings.json": f'{{"capability": "{HELD}"}}\n'}
+    base = kit.twin.push(kit.tokens(), REPO, "main", secret, on_branch=True)
+    moved = kit.clone(f"{name}-base")  # the base as it is now, fetched from a local clone of it
+    # the test's own git (Steward's refuses a local transport): what the runner's merge leaves
+    for args in (["fetch", "--quiet", str(moved), "main"], ["merge", "--no-ff", "--no-commit", base]):
+        subprocess.run(
+            ["git", "-c", "user.name=x", "-c", "user.email=x@invalid", *args], cwd=clone, check=True
+        )
+    return clone, base
+
+
+def test_a_conflict_rounds_merge_is_published_with_both_parents_and_no_other_merge_ever_is(kit: Kit) -> None:
+    unasked, _ = merging_clone(kit, "unasked")
+    with pytest.raises(PublishError) as caught:  # a merge state Steward did not make
+        kit.publish(unasked, redactor=Redactor([HELD]))
+    assert (caught.value.stage, caught.value.reason) == ("stage", "merge_state")
+    assert kit.branch() is None
+
+    clone, base = merging_clone(kit, "asked")
+    result = kit.publish(clone, redactor=Redactor([HELD]), merge_parent=base)
+    parents = git(clone, "rev-list", "--parents", "-n", "1", result.sha).split()[1:]
+    assert parents[1] == base  # a merge of the branch's head and the base, never a rebase
+    assert kit.branch() == result.sha
+    assert stages_of(clone)["commit"]["detail"]["merged"] == base
+
+
 def test_the_pull_request_and_the_commit_are_redacted(hostile: Kit) -> None:
     kit = hostile
     leaked = kit.tokens()  # a live token in the item's title, the run's summary and a check

@@ -66,11 +66,39 @@ DOCSTRING = {
         "new": '    """`a` minus `b`."""\n    return a - b\n',
     },
 }
+DIVIDE = "def divide(a: float, b: float) -> float:\n    return a / b\n"
+
+
+def _divide(body: str) -> dict[str, Any]:
+    return {"tool": "replace_in_file", "input": {"path": "calculator.py", "old": DIVIDE, "new": body}}
+
+
+FIRST_DIVIDE = 'def divide(a: float, b: float) -> float:\n    """`a` over `b`."""\n    return a / b\n'
+SECOND_DIVIDE = "def divide(a: float, b: float) -> float:\n    return float(a) / b\n"
+RESOLVED_DIVIDE = (
+    'def divide(a: float, b: float) -> float:\n    """`a` over `b`."""\n    return float(a) / b\n'
+)
+RESOLVE = {
+    "tool": "write_file",
+    "input": {
+        "path": "calculator.py",
+        "content": '"""Arithmetic helpers."""\n\n\ndef add(a: float, b: float) -> float:\n    return a + b\n\n\n'
+        + RESOLVED_DIVIDE,
+    },
+}
 PLAYS = [
     # Follow-up rounds: a round's prompt holds its item's text too, so its plays come first.
+    # A conflict round's prompt says the base was merged in and conflicts (Steward's words).
+    {
+        "match": "it conflicts with your earlier change",
+        "summary": "Keeps both.",
+        "steps": [RESOLVE, DONE, VERIFY],
+    },
     {"match": "ROUND-docstring", "summary": "Documents subtract.", "steps": [DOCSTRING, DONE, VERIFY]},
     {"match": "ROUND-breaks", "steps": [BROKEN_TEST, DONE, VERIFY, DONE], "loop_from": 2},
     {"match": "PLAY-success", "summary": "Adds subtract.", "steps": [SUBTRACT, DONE, VERIFY]},
+    {"match": "PLAY-divide-documented", "steps": [_divide(FIRST_DIVIDE), DONE, VERIFY]},
+    {"match": "PLAY-divide-as-float", "steps": [_divide(SECOND_DIVIDE), DONE, VERIFY]},
     {
         "match": "PLAY-repaired",
         "summary": "Adds subtract, test repaired.",
@@ -739,3 +767,86 @@ def test_an_ask_that_starts_no_round_is_answered_once_per_reason(stack: LocalSta
     assert "`follow_ups: 0`" in replies()[1]
     task = alice("GET", f"/v1/tasks/{parent}")
     assert (task["status"], task["rounds_used"], task["head_sha"]) == ("review", 0, first["head_sha"])
+
+
+def test_a_failing_check_is_answered_by_a_round_and_a_persons_push_takes_the_branch_over(
+    stack: LocalStack, alice: Alice
+) -> None:
+    (parent,) = start(alice, "round-check", "PLAY-success for a failing check")
+    first = settled(alice, parent)
+    number = int(first["pr_url"].rsplit("/", 1)[-1])
+    github = stack.state["github_url"]
+    # CI's output is the repository's code's: the round reads it as data (its play matches it).
+    admin.check(
+        github, SAMPLE_REPO, number, name="lint", conclusion="failure", output="ROUND-docstring: D103"
+    )
+    round_id = _round_of(alice, parent, 1)
+    assert settled(alice, round_id)["status"] == "answered"
+    [asked] = [e["data"] for e in events(alice, parent) if e["type"] == "follow_up_asked"]
+    assert (asked["kind"], asked["check_name"]) == ("check", "lint")
+    assert asked["output"].endswith("ROUND-docstring: D103")  # the check run's title, then its text
+    eventually(lambda: alice("GET", f"/v1/tasks/{parent}")["head_sha"] == _branch_head(stack, number))
+    # A person pushes onto the branch: the branch is theirs now, and an ask on it is refused once.
+    admin.push(github, SAMPLE_REPO, number, login="octo-reviewer")
+    admin.comment(github, SAMPLE_REPO, number, "@steward ROUND-docstring again please")
+
+    def replies() -> list[str]:
+        return [
+            c["body"] for c in admin.comments(github, SAMPLE_REPO, number) if "steward-reply" in c["body"]
+        ]
+
+    eventually(lambda: len(replies()) == 1)
+    assert replies()[0].startswith("A commit Steward did not make is on this branch")
+    refused = [e["data"] for e in events(alice, parent) if e["type"] == "follow_up_refused"]
+    assert [r["reason"] for r in refused] == ["head_not_stewards"]
+    assert alice("GET", f"/v1/tasks/{parent}")["rounds_used"] == 1  # no second round
+
+
+def test_an_item_whose_pull_request_conflicts_after_another_merged_is_merged_with_its_base_by_a_round(
+    stack: LocalStack, alice: Alice
+) -> None:
+    """Two items change one line; the first is merged; the second's pull request no longer
+    merges (GitHub says `mergeable: false`, and refuses the merge with 405). A round merges the
+    base into the branch (a merge commit, never a rebase) and resolves the conflict; the pull
+    request merges. This test moves the sample repository's `main`: it stays the module's last."""
+    first, second = start(alice, "round-conflict", "PLAY-divide-documented", "PLAY-divide-as-float")
+    one, two = settled(alice, first), settled(alice, second)
+    github = stack.state["github_url"]
+    number_one, number_two = (int(t["pr_url"].rsplit("/", 1)[-1]) for t in (one, two))
+    admin.merge(github, SAMPLE_REPO, number_one)
+    # At once (the round takes seconds to come): the second no longer merges, as on GitHub.
+    assert _mergeable(stack, number_two) is False
+    with pytest.raises(admin.AdminError, match="405"):
+        admin.merge(github, SAMPLE_REPO, number_two)
+    round_id = _round_of(alice, second, 1)
+    answered = settled(alice, round_id)
+    assert answered["status"] == "answered", answered
+    [asked] = [e["data"] for e in events(alice, second) if e["type"] == "follow_up_asked"]
+    assert (asked["kind"], asked["base_ref"]) == ("conflict", "main")
+    # The new head is a merge of the old head and the base (the branch's history only grew).
+    head = _branch_head(stack, number_two)
+    pull = next(p for p in admin.pulls(github, SAMPLE_REPO) if p["number"] == number_two)
+    base_head = next(p for p in admin.pulls(github, SAMPLE_REPO) if p["number"] == number_one)[
+        "merge_commit_sha"
+    ]
+    assert _parents(stack, head) == [two["head_sha"], base_head]
+    assert pull["mergeable"] is True
+    admin.merge(github, SAMPLE_REPO, number_two)
+    eventually(lambda: alice("GET", f"/v1/tasks/{second}")["status"] == "merged")
+
+
+def _mergeable(stack: LocalStack, number: int) -> bool | None:
+    pull = next(p for p in admin.pulls(stack.state["github_url"], SAMPLE_REPO) if p["number"] == number)
+    return pull.get("mergeable")
+
+
+def _parents(stack: LocalStack, sha: str) -> list[str]:
+    owner, name = SAMPLE_REPO.split("/")
+    bare = stack.twin.git_root / owner / f"{name}.git"
+    listed = subprocess.run(
+        ["git", "-C", str(bare), "rev-list", "--parents", "-n", "1", sha],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()[1:]

@@ -173,17 +173,30 @@ class Checker:
         parent's branch and pull request."""
         problems: list[str] = []
         rounds = [r for r in tasks.values() if r.get("parent")]
-        per_parent = Counter(str(r["parent"]) for r in rounds)
-        for parent, n in per_parent.items():
+        # A round failing retryably is tried again (the same round, another attempt): rounds
+        # are counted by their numbers; while a retry waits, its round is uncounted.
+        numbers: dict[str, set[int]] = {}
+        for r in rounds:
+            numbers.setdefault(str(r["parent"]), set()).add(int(r["round"]))
+        for parent, used in numbers.items():
             allowed = int(tasks[parent].get("follow_ups", 2)) if parent in tasks else 0
-            if n > allowed:
-                problems.append(f"task {parent[:12]} has {n} rounds, its approval allows {allowed}")
-            if parent in tasks and int(tasks[parent].get("rounds_used", 0)) != n:
-                problems.append(
-                    f"task {parent[:12]} counts {tasks[parent].get('rounds_used')} rounds, has {n}"
-                )
-        asked = Counter((str(r["parent"]), str((r.get("trigger") or {}).get("round_key"))) for r in rounds)
-        problems += [f"{n} rounds for one ask {k[1]}" for k, n in asked.items() if n > 1]
+            if len(used) > allowed:
+                problems.append(f"task {parent[:12]} has {len(used)} rounds, its approval allows {allowed}")
+            counted = int(tasks[parent].get("rounds_used", 0)) if parent in tasks else len(used)
+            if counted not in (len(used), len(used) - 1):
+                problems.append(f"task {parent[:12]} counts {counted} rounds, has {len(used)}")
+        by_ask: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in rounds:
+            by_ask.setdefault((str(r["parent"]), str((r.get("trigger") or {}).get("round_key"))), []).append(
+                r
+            )
+        for (_, key), attempts in by_ask.items():
+            attempts.sort(key=lambda r: int(r.get("attempt", 1)))
+            if len({int(r["round"]) for r in attempts}) > 1 or any(
+                not (r["status"] == "failed" and r.get("classification") == "retryable")
+                for r in attempts[:-1]
+            ):
+                problems.append(f"{len(attempts)} rounds for one ask {key}, not one round's retries")
         problems += [
             f"round {r['task_id'][:12]} is not on its parent's branch"
             for r in rounds

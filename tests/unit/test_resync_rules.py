@@ -81,3 +81,15 @@ def test_pull_requests_a_person_closed_are_watched_for_a_window_after_the_review
     later = T0 + POLICY.closed_window + timedelta(minutes=1)
     assert due([closed], later, POLICY, budget=3) == []
     assert next_due([closed, withdrawn], POLICY, later) is None
+
+
+def test_a_review_task_whose_base_took_a_merge_since_its_last_look_is_due_at_once_and_first() -> None:
+    """GitHub sends no event when a pull request stops merging: after another of Steward's pull
+    requests merged into the repository, its review tasks are looked at without waiting."""
+    other = task(6, observed=-10).model_copy(update={"repo": "octo/other"})  # due by its period
+    tasks = [task(1, observed=5), task(2, observed=1), task(3, changed=0), other]
+    now = T0 + timedelta(minutes=15, seconds=30)
+    assert [t.id for t in due(tasks, now, POLICY, budget=10)] == ["t006", "t003"]
+    merged = {"octo/demo": T0 + timedelta(minutes=3)}  # after t002's look and t003's change, before t001's
+    assert [t.id for t in due(tasks, now, POLICY, budget=10, moved=merged)] == ["t003", "t002", "t006"]
+    assert [t.id for t in due(tasks, now, POLICY, budget=2, moved=merged)] == ["t003", "t002"]

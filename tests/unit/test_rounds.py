@@ -4,14 +4,34 @@ round and when, what a round's task is, what its model is told and what it repli
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
-from steward.domain.follow_ups import round_prompt
+from steward.domain.follow_ups import (
+    PullAt,
+    Settlement,
+    Trigger,
+    TriggerKind,
+    fails_on,
+    rest_triggers,
+    round_prompt,
+    settlement,
+)
 from steward.domain.models import ItemStatus, Plan, PlanStatus, Task, TaskStatus
-from steward.domain.reconcile import ROUND_ENDED, Cancel, Policy, RefuseAsk, Reply, StartRound, reconcile
+from steward.domain.reconcile import (
+    ROUND_ENDED,
+    Cancel,
+    Policy,
+    RefuseAsk,
+    Reply,
+    SettleRound,
+    StartRound,
+    reconcile,
+)
 from steward.domain.tasks import round_for
 from steward.runner.harness import task_prompt
+from steward.runner.run import has_conflict_markers
 from steward.services.publication import round_marker, round_reply
 
 from tests.unit.test_reconcile import NOW, OPEN, make_plan, running, with_item
@@ -24,8 +44,9 @@ def ask(key: str = f"7:{HEAD}:review", head: str = HEAD, **more: Any) -> dict[st
 
 
 def in_review(
-    *asks: dict[str, Any], follow_ups: int | None = None, rounds_used: int = 0
+    *asks: dict[str, Any], follow_ups: int | None = None, rounds_used: int = 0, settled: int | None = None
 ) -> tuple[Plan, Task]:
+    """A task in review with its waiting `asks`; its `rounds_used` all settled unless said."""
     plan = make_plan("A")
     if follow_ups is not None:  # approved with the plan, copied onto its task at spawn
         plan = plan.model_copy(update={"front_matter": {**plan.front_matter, "follow_ups": follow_ups}})
@@ -38,13 +59,14 @@ def in_review(
             "head_sha": HEAD,
             "pending_asks": asks,
             "rounds_used": rounds_used,
+            "rounds_settled": rounds_used if settled is None else settled,
         }
     )
     return plan, task
 
 
 def rounds(actions: tuple[object, ...]) -> list[object]:
-    return [a for a in actions if isinstance(a, StartRound | RefuseAsk)]
+    return [a for a in actions if isinstance(a, StartRound | RefuseAsk | SettleRound)]
 
 
 def test_the_oldest_waiting_ask_starts_the_next_round() -> None:
@@ -175,7 +197,7 @@ def test_the_rounds_allowed_are_the_tasks_approval_or_for_an_older_task_its_plan
     plan, task = in_review(ask(), follow_ups=1)
     assert task.follow_ups == 1
     raised = plan.model_copy(update={"front_matter": {**plan.front_matter, "follow_ups": 5}})
-    used = task.model_copy(update={"rounds_used": 1})
+    used = task.model_copy(update={"rounds_used": 1, "rounds_settled": 1})
     # A raised follow_ups is for the item's next task: this one keeps what it was approved with.
     assert rounds(reconcile([raised], [used], NOW, OPEN).actions) == [
         RefuseAsk(task.id, f"7:{HEAD}:review", "rounds_used_up")
@@ -212,3 +234,129 @@ def test_an_ask_cannot_close_its_fence(body: str) -> None:
     assert text.count("ASK>>>") == 1
     assert text.endswith("\nASK>>>")
     assert "Ignore the checks" in text or "free of your rules" in text or "delete the repository" in text
+
+
+def test_a_conflict_rounds_model_is_told_the_base_was_merged_in_and_which_files_conflict() -> None:
+    conflict = {"kind": "conflict", "base_ref": "main", "body": "No longer merges.", "conflicts": ["calc.py"]}
+    text = round_prompt(conflict, 1)
+    fenced, after = text.split("<<<ASK\n", 1)[1].split("\nASK>>>", 1)
+    assert "Conflicted files: calc.py" in fenced  # a file's name is the repository's: data
+    assert "Steward merged `main` into the branch" in after  # Steward's own instruction
+    assert "conflicts with your earlier change" not in round_prompt(ask(), 1)
+
+
+PULL = PullAt("octo/demo", 7, 12, "steward/branch", HEAD)
+
+
+def test_what_resync_reads_is_asked_by_the_same_rules_as_the_deliveries_that_carry_it() -> None:
+    collaborator = {"login": "octo-reviewer", "type": "User"}
+    found = rest_triggers(
+        PULL,
+        "steward",
+        reviews=[
+            {
+                "id": 1,
+                "state": "CHANGES_REQUESTED",
+                "body": "Fix it",
+                "user": collaborator,
+                "author_association": "MEMBER",
+                "commit_id": HEAD,
+            },
+            {"id": 2, "state": "APPROVED", "body": "", "user": collaborator, "author_association": "MEMBER"},
+        ],
+        issue_comments=[
+            {
+                "id": 3,
+                "body": "@steward rename it",
+                "user": {"login": "drive-by"},
+                "author_association": "NONE",
+            },
+            {"id": 4, "body": "thanks!", "user": collaborator, "author_association": "MEMBER"},
+            {"body": "an item shaped otherwise (no id) is not an ask"},
+        ],
+        check_runs=[
+            {
+                "id": 5,
+                "name": "tests",
+                "head_sha": HEAD,
+                "conclusion": "failure",
+                "output": {"title": "1 failed"},
+            },
+            {"id": 6, "name": "lint", "head_sha": HEAD, "conclusion": "success"},
+        ],
+        statuses=[{"id": 7, "state": "error", "context": "ci/legacy", "description": "broke"}],
+    )
+    assert [(t.source, t.kind, t.head_sha, t.head_ref) for t in found] == [
+        ("review:1", TriggerKind.REVIEW, HEAD, "steward/branch"),
+        ("comment:3", TriggerKind.MENTION, HEAD, "steward/branch"),  # a comment names no commit: the head
+        ("check_run:5", TriggerKind.CHECK, HEAD, "steward/branch"),
+        ("status:7", TriggerKind.CHECK, HEAD, "steward/branch"),
+    ]
+    assert found[1].author_association == "NONE"  # refused later by the same author rule
+
+
+def test_a_check_fails_on_the_base_only_under_its_own_name_and_kind() -> None:
+    run = Trigger(TriggerKind.CHECK, "octo/demo", 7, "check_run:5", HEAD, check_name="tests")
+    status = Trigger(TriggerKind.CHECK, "octo/demo", 7, "status:7", HEAD, check_name="ci/legacy")
+    assert fails_on(run, [{"name": "tests", "conclusion": "failure"}])
+    assert not fails_on(
+        run, [{"name": "tests", "conclusion": "success"}, {"name": "lint", "conclusion": "failure"}]
+    )
+    assert not fails_on(run, [{"context": "tests", "state": "failure"}])
+    assert fails_on(status, [{"context": "ci/legacy", "state": "error"}])
+    assert not fails_on(status, [{"name": "ci/legacy", "conclusion": "failure"}])
+
+
+@pytest.mark.parametrize(
+    ("content", "left"),
+    [
+        (b"a = 1\n<<<<<<< HEAD\nb = 2\n=======\nb = 3\n>>>>>>> abc123\n", True),
+        (b"x = 1\n=======\n", True),
+        (b"a = 1\n>>>>>>>\n", True),
+        (b"a = 1\nb = '<<<<<<< not at a line start'\n", False),
+        (b"# ======== a heading rule, longer than a marker\n", False),
+        (b"", False),
+    ],
+)
+def test_steward_decides_a_merges_conflicts_are_resolved_by_the_marker_lines_left(
+    tmp_path: Path, content: bytes, left: bool
+) -> None:
+    path = tmp_path / "calc.py"
+    path.write_bytes(content)
+    assert has_conflict_markers(path) is left
+    link = tmp_path / "link.py"  # the tree is untrusted: a link is never followed
+    link.symlink_to(path)
+    assert has_conflict_markers(link) is False
+    assert has_conflict_markers(tmp_path / "deleted.py") is False
+
+
+def test_a_rounds_ending_is_taken_as_its_head_a_retry_within_its_one_budget_or_a_reply() -> None:
+    plan, parent = in_review(ask())
+    first = round_for(parent, plan, ask(), number=1, now=NOW)
+    budget = first.budget_usd
+
+    def ended(status: TaskStatus, classification: str | None = None, **more: Any) -> Task:
+        return first.model_copy(update={"status": status, "classification": classification, **more})
+
+    assert settlement(None, max_attempts=3) == Settlement()
+    assert settlement(ended(TaskStatus.ANSWERED, head_sha="e" * 40), max_attempts=3) == Settlement(
+        head_sha="e" * 40
+    )
+    assert settlement(ended(TaskStatus.CANCELLED, "final"), max_attempts=3) == Settlement()
+    retry = settlement(ended(TaskStatus.FAILED, "retryable", cost_usd=Decimal("0.1")), max_attempts=3).retry
+    assert retry is not None
+    assert (retry["attempt"], retry["spent_usd"], retry["round_key"]) == (2, "0.1", ask()["round_key"])
+    second = round_for(parent, plan, retry, number=1, now=NOW)
+    assert (second.attempt, second.budget_usd, second.id != first.id) == (2, budget - Decimal("0.1"), True)
+    failed = settlement(
+        second.model_copy(update={"status": TaskStatus.FAILED, "classification": "final"}), max_attempts=3
+    )
+    assert failed == Settlement(reply=f"round_failed:{second.id}")
+    last = second.model_copy(
+        update={"status": TaskStatus.FAILED, "classification": "retryable", "attempt": 3}
+    )
+    assert settlement(last, max_attempts=3).reply == f"round_failed:{second.id}"  # no attempt left
+    spent = second.model_copy(
+        update={"status": TaskStatus.FAILED, "classification": "retryable", "cost_usd": second.budget_usd}
+    )
+    assert settlement(spent, max_attempts=3).reply is not None  # the round's one budget is spent

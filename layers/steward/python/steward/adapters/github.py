@@ -123,6 +123,14 @@ class PullObservation:
 
 
 @dataclass(frozen=True)
+class PullMergeability:
+    mergeable: bool | None  # None: GitHub has not computed it yet
+    state: str  # GitHub's mergeable_state: clean, dirty (conflicts), blocked, unknown, ...
+    base_ref: str
+    base_sha: str
+
+
+@dataclass(frozen=True)
 class ConditionalRead:
     """A listing asked with the ETag of its previous answer: `changed` False is GitHub's 304
     (nothing new; it cost no rate limit) and `items` is then empty."""
@@ -276,6 +284,15 @@ class RepositoryClient:
         """The base branch of pull request `number` of `repo` (None: no such pull request)."""
         pull = self._own_pull(installation_id, repo, number)
         return None if pull is None else pull.base.ref
+
+    def mergeability(self, installation_id: int, repo: str, number: int) -> PullMergeability | None:
+        """Whether pull request `number` merges into its base now (GitHub computes it after
+        the base moves: None until it has), and that base; None: no such pull request."""
+        pull = self._own_pull(installation_id, repo, number)
+        if pull is None:
+            return None
+        mergeable = pull.mergeable if isinstance(pull.mergeable, bool) else None
+        return PullMergeability(mergeable, str(pull.mergeable_state or ""), pull.base.ref, pull.base.sha)
 
     def branch_pull(self, installation_id: int, repo: str, number: int, branch: str) -> PullRef | None:
         """Pull request `number` of `repo` when its head is `branch` of `repo` itself; None

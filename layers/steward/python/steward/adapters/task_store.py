@@ -47,7 +47,7 @@ from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen
 from steward.adapters.user_store import spawn_charge_update, wake_update
 from steward.domain import lifecycle
 from steward.domain.errors import Conflict, LifecycleError, NotFound
-from steward.domain.follow_ups import REPLY_KINDS, reply_added
+from steward.domain.follow_ups import REPLY_KINDS, Settlement, reply_added
 from steward.domain.ids import live_shard
 from steward.domain.models import (
     TERMINAL_TASK_STATUSES,
@@ -321,6 +321,47 @@ class TaskStore:
                 return found, False  # a replay: the round was spawned
             raise
         return round_task, True
+
+    def settle_round(self, parent: Task, number: int, settled: Settlement, *, now: datetime) -> Task:
+        """`parent` takes account of round `number`'s ending (`steward.domain.follow_ups.
+        settlement`), conditional on its rounds as read: a retry puts the round's ask first
+        among the waiting asks again with the round uncounted (its next attempt takes the same
+        number); otherwise the round is settled, with the head it pushed and the reply
+        decided. A no-op when the round was settled already."""
+
+        def admit(current: Task) -> None:
+            if (
+                current.status is not TaskStatus.REVIEW
+                or current.rounds_used != number
+                or current.rounds_settled != number - 1
+            ):
+                raise _AlreadyClear
+
+        def sets(current: Task) -> dict[str, Any]:
+            if settled.retry is not None:
+                return {
+                    "rounds_used": number - 1,
+                    "pending_asks": [settled.retry, *map(dict, current.pending_asks)],
+                }
+            changes: dict[str, Any] = {"rounds_settled": number}
+            if settled.head_sha:
+                changes["head_sha"] = settled.head_sha
+            return changes | (reply_added(current, settled.reply) if settled.reply else {})
+
+        data: dict[str, Any] = {"round": number}
+        if settled.retry is not None:
+            data["attempt"] = settled.retry["attempt"]
+        try:
+            return self.append_event(
+                parent,
+                "follow_up_retried" if settled.retry is not None else "follow_up_settled",
+                data,
+                now=now,
+                admit=admit,
+                sets=sets,
+            )
+        except _AlreadyClear:
+            return self.require(parent.id)
 
     def refuse_ask(self, parent: Task, key: str, reason: str, *, now: datetime) -> Task:
         """The waiting ask `key` of `parent` starts no round: it leaves the waiting asks with a

@@ -41,6 +41,7 @@ class RoundView(BaseModel):
 
     id: str
     round: int
+    attempt: int  # a round failing retryably is tried again, as a task is
     status: str
     classification: str | None
     reason: str | None
@@ -99,6 +100,7 @@ def round_view(task: Task, check_events: Sequence[Mapping[str, Any]]) -> RoundVi
     return RoundView(
         id=task.id,
         round=task.round,
+        attempt=task.attempt,
         status=task.status.value,
         classification=task.classification.value if task.classification else None,
         reason=task.reason,

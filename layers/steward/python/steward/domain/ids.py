@@ -51,9 +51,11 @@ def task_id(plan: str, key: str, revision: int, attempt: int) -> str:
     return "t" + _digest("task", plan, key, str(revision), str(attempt))[:24]
 
 
-def round_task_id(parent: str, round_number: int) -> str:
-    """Follow-up round `round_number` of the task `parent` (a replayed spawn builds the same id)."""
-    return "t" + _digest("round", parent, str(round_number))[:24]
+def round_task_id(parent: str, round_number: int, attempt: int = 1) -> str:
+    """Attempt `attempt` of follow-up round `round_number` of the task `parent` (a replayed
+    spawn builds the same id)."""
+    extra = () if attempt == 1 else (str(attempt),)
+    return "t" + _digest("round", parent, str(round_number), *extra)[:24]
 
 
 def branch_name(task: str) -> str:

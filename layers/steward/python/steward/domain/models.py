@@ -265,6 +265,9 @@ class Task(BaseModel):
     # and how many rounds the task has started: what the loop's next round reads.
     pending_asks: tuple[dict[str, Any], ...] = ()
     rounds_used: int = 0
+    # Of those, the rounds whose ending the task has taken account of (answered: its head;
+    # failed: a retry or a reply): the loop settles the next once no round of it is live.
+    rounds_settled: int = 0
     # The rounds its approval allows (the plan's `follow_ups` when the task spawned, like its
     # budget and checks; None on a task stored before rounds existed: the plan's is read).
     follow_ups: int | None = None

@@ -134,6 +134,15 @@ class Reply:
     kind: str
 
 
+@dataclass(frozen=True)
+class SettleRound:
+    """Round `round` of a task in review ended, and the task has not taken account of it yet
+    (`steward.domain.follow_ups.settlement`: its head, a retry, or a reply that it failed)."""
+
+    task_id: str
+    round: int
+
+
 Action = (
     Spawn
     | Launch
@@ -145,6 +154,7 @@ Action = (
     | StartRound
     | RefuseAsk
     | Reply
+    | SettleRound
 )
 
 
@@ -223,17 +233,19 @@ def allowed_rounds(task: Task, plan: Plan | None) -> int:
 ROUND_ENDED = "its pull request is no longer in review"  # a round cancelled as its parent left review
 
 
-def next_round(task: Task, plan: Plan | None, live: Sequence[Task]) -> StartRound | RefuseAsk | None:
-    """What the oldest ask waiting on `task` (in review) gets now: its round, a refusal, or
-    nothing while a round of the task is live (the next ask waits for its answer) or while
-    the head Steward pushed is not known yet (a webhook moved the task to review before its
-    runtime's ending was recorded)."""
-    if task.status is not TaskStatus.REVIEW or not task.pending_asks:
+def next_round(
+    task: Task, plan: Plan | None, live: Sequence[Task]
+) -> StartRound | RefuseAsk | SettleRound | None:
+    """What `task` (in review) needs for its rounds now: a round that ended settled first;
+    then its oldest waiting ask gets its round or a refusal. Nothing while a round of the task
+    is live (the next ask waits for its answer) or while the head Steward pushed is not known
+    yet (a webhook moved the task to review before its runtime's ending was recorded)."""
+    if task.status is not TaskStatus.REVIEW or any(t.parent == task.id and t.status in _RUNS for t in live):
         return None
-    if any(t.parent == task.id and t.status in _RUNS for t in live):
-        return None
-    if task.head_sha is None:
-        return None  # its runtime's ending, which records the head Steward pushed, comes first
+    if task.rounds_settled < task.rounds_used:
+        return SettleRound(task.id, task.rounds_settled + 1)
+    if not task.pending_asks or task.head_sha is None:
+        return None  # no ask; or its runtime's ending, which records Steward's head, comes first
     ask = task.pending_asks[0]
     key = str(ask.get("round_key"))
     item = plan.item(task.item_key) if plan is not None else None
@@ -281,7 +293,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     ]
     plans_by_id = {p.id: p for p in plans}
     rounds = [r for t in live_tasks if (r := next_round(t, plans_by_id.get(t.plan_id), live_tasks))]
-    actions += [r for r in rounds if isinstance(r, RefuseAsk)]
+    actions += [r for r in rounds if isinstance(r, RefuseAsk | SettleRound)]
     actions += [
         Reply(t.id, kind) for t in live_tasks if t.status is TaskStatus.REVIEW for kind in t.pending_replies
     ]
@@ -339,8 +351,11 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
         # Nothing advances a watermark when the brake is released: spawns it held keep the
         # loop looking. A closed pull request changes the next decision without a lifecycle
         # event too (the task leaves the live index): the next tick looks again. So do a
-        # refused ask (its reply, or the next waiting ask) and a reply (one that failed).
-        settles=not any(isinstance(a, RepairItem | ClosePull | Reply | RefuseAsk) for a in actions)
+        # refused ask (its reply, or the next waiting ask), a reply (one that failed) and a
+        # settled round (its retry, its reply, or the next waiting ask).
+        settles=not any(
+            isinstance(a, RepairItem | ClosePull | Reply | RefuseAsk | SettleRound) for a in actions
+        )
         and not (policy.spawning_stopped and waiting),
     )
 

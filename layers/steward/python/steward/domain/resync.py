@@ -7,14 +7,16 @@ GitHub calls; so is every task whose pull request a person closed within the las
 `closed_window` (a reopen, or a merge after it, may have lost its delivery too), after the
 review tasks, in what is left of the bound; a retryable failure is checked for a pull request before it is retried (its
 runtime may have opened one before it died). What an observation finds is assigned exactly
-as a webhook would assign it (`steward.domain.webhooks.target_status`).
+as a webhook would assign it (`steward.domain.webhooks.target_status`). A task in review is
+looked at early when another of Steward's pull requests merged into its repository since
+its last observation (its own may conflict now).
 
 Pure: the caller supplies the tasks, the clock and the policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -56,11 +58,34 @@ def _observed(task: Task, now: datetime, policy: ResyncPolicy) -> bool:
     return task.status is TaskStatus.REVIEW or watched_closed(task, now, policy)
 
 
-def due(tasks: Iterable[Task], now: datetime, policy: ResyncPolicy, *, budget: int) -> list[Task]:
-    """The tasks to observe this tick: those in review, then the closed ones still watched,
-    each last observed a period or more ago, oldest observation first, at most `budget`."""
-    waiting = [t for t in tasks if _observed(t, now, policy) and last_observed(t) + policy.period <= now]
-    waiting.sort(key=lambda t: (t.status is not TaskStatus.REVIEW, last_observed(t), t.id))
+def base_moved(task: Task, moved: Mapping[str, datetime]) -> bool:
+    """A task in review whose repository took a merge of another of Steward's pull requests
+    since the task was last observed: its own may conflict now (GitHub sends no event when a
+    pull request stops merging), so it is looked at without waiting for its period."""
+    when = moved.get(task.repo)
+    return task.status is TaskStatus.REVIEW and when is not None and when > last_observed(task)
+
+
+def due(
+    tasks: Iterable[Task],
+    now: datetime,
+    policy: ResyncPolicy,
+    *,
+    budget: int,
+    moved: Mapping[str, datetime] | None = None,
+) -> list[Task]:
+    """The tasks to observe this tick: those in review whose base moved (`base_moved`), then
+    those in review, then the closed ones still watched, each last observed a period or more
+    ago, oldest observation first, at most `budget`."""
+    moved = moved or {}
+    waiting = [
+        t
+        for t in tasks
+        if _observed(t, now, policy) and (last_observed(t) + policy.period <= now or base_moved(t, moved))
+    ]
+    waiting.sort(
+        key=lambda t: (not base_moved(t, moved), t.status is not TaskStatus.REVIEW, last_observed(t), t.id)
+    )
     return waiting[: max(0, budget)]
 
 

@@ -84,14 +84,17 @@ def round_for(
     revision, branch and pull request, the approved plan's model, budget, checks and setup,
     and a budget of its own. Replayed, it builds the same task."""
     front = plan.front_matter
+    attempt = int(ask.get("attempt", 1))
+    spent = Decimal(str(ask.get("spent_usd", "0")))  # by its earlier attempts: one budget a round
     return parent.model_copy(
         update={
-            "id": round_task_id(parent.id, number),
+            "id": round_task_id(parent.id, number, attempt),
+            "attempt": attempt,
             "status": TaskStatus.QUEUED,
             "classification": None,
             "reason": None,
             "model": str(front["model"]),
-            "budget_usd": Decimal(str(front["budget_usd"])),
+            "budget_usd": Decimal(str(front["budget_usd"])) - spent,
             "checks": tuple(str(c) for c in front.get("checks", ())),
             "setup": tuple(str(c) for c in front.get("setup", ())),
             "cost_usd": Decimal("0"),
@@ -105,7 +108,7 @@ def round_for(
             "finished_by": None,
             "launched_at": None,
             "launch_ref": None,
-            "max_attempts": 1,
+            "max_attempts": int(front.get("max_attempts", 3)),
             "github_observed_at": None,
             "github_etag": None,
             "pr_close_pending": False,
@@ -113,6 +116,7 @@ def round_for(
             "follow_up_keys": (),
             "pending_asks": (),
             "rounds_used": 0,
+            "rounds_settled": 0,
             "follow_ups": 0,  # a round asks for no rounds of its own
             "parent": parent.id,
             "round": number,

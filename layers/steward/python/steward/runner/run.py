@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -53,6 +56,8 @@ _LOG = logging.getLogger(__name__)
 RETRYABLE = Classification.RETRYABLE.value
 FINAL = Classification.FINAL.value
 _REASON_CHARS = 300
+MAX_LISTED_CONFLICTS = 50  # conflicted files a round's prompt names
+_MARKER = re.compile(rb"^(?:<{7}|>{7})(?: |$)|^={7}$", re.MULTILINE)
 MODEL_CANNOT_ANSWER = ModelCannotAnswer.code
 CALL_EXCEEDS_BUDGET = CallExceedsBudget.code
 # What bootstrap.json keeps of a failed setup command's output: its last 4 KiB, redacted.
@@ -113,6 +118,10 @@ class Run:
         self.sandbox: Sandbox | None = None
         self._events_lock = threading.Lock()
         self._issued: IssuedToken | None = None
+        # A conflict round's merge of its base (`_merge_base`): the commit merged, and the
+        # files it left in conflict for the model to resolve.
+        self.merge_parent: str | None = None
+        self.conflicts: list[str] = []
         self._failed_artifacts: list[str] = []
 
     # ---- entry
@@ -151,6 +160,7 @@ class Run:
             outcome = harness.run()
             if not outcome.completed:
                 raise StageFailed(f"the model did not finish: {outcome.end} ({outcome.detail})", FINAL)
+            self._conflicts_resolved(clone)
             self._final_checks(harness)
             pull = self._publish(clone, outcome)
         except Cancelled:
@@ -205,6 +215,8 @@ class Run:
             lambda: self._clone(issued, clone),
             retryable=True,
         )
+        if (self.task.trigger or {}).get("kind") == "conflict":
+            self._stage("merge_base", lambda: self._merge_base(clone), retryable=True)
         mode, why = self._stage("sandbox", lambda: probe_mode(uid=self.config.uid), retryable=True)
         self.records.bootstrap["sandbox"] = {"mode": mode.value, "reason": why, "uid": self.config.uid}
         self.sandbox = Sandbox(
@@ -278,6 +290,42 @@ class Run:
             )
         return {"base": branch, "head": head}
 
+    def _merge_base(self, clone: Path) -> dict[str, Any]:
+        """A conflict round merges its pull request's base into the branch (a merge, never a
+        rebase: the branch's history only grows) and leaves the conflicts in the files, both
+        sides between markers, for the model; publication commits the merge with both parents."""
+        trigger = dict(self.task.trigger or {})
+        base = str(trigger.get("base_ref") or self.task.base or "")
+        if not base:  # the repository's default branch, as the clone names it
+            base = run_git(["rev-parse", "--abbrev-ref", "origin/HEAD"], cwd=clone).stdout.strip()
+            base = base.removeprefix("origin/")
+        sha = run_git(
+            ["rev-parse", "--verify", f"refs/remotes/origin/{base}^{{commit}}"], cwd=clone
+        ).stdout.strip()
+        identity = {"GIT_AUTHOR_NAME": "steward", "GIT_AUTHOR_EMAIL": "steward@invalid"}
+        identity |= {"GIT_COMMITTER_NAME": "steward", "GIT_COMMITTER_EMAIL": "steward@invalid"}
+        merged = run_git(
+            ["merge", "--no-ff", "--no-commit", "--no-edit", sha], cwd=clone, check=False, env=identity
+        )
+        listed = run_git(["diff", "--name-only", "--diff-filter=U", "-z"], cwd=clone).stdout
+        self.conflicts = sorted(p for p in listed.split("\0") if p)
+        if merged.returncode not in (0, 1) or (merged.returncode == 1 and not self.conflicts):
+            raise GitError(f"merging {base} into the branch failed (exit {merged.returncode})")
+        self.merge_parent = sha
+        trigger |= {"base_ref": base, "conflicts": self.conflicts[:MAX_LISTED_CONFLICTS]}
+        self.task = self.task.model_copy(update={"trigger": trigger})  # the round's prompt names them
+        return {"base": base, "base_sha": sha, "conflicts": len(self.conflicts)}
+
+    def _conflicts_resolved(self, clone: Path) -> None:
+        """Steward, not the model, decides that the merge's conflicts are resolved: no file
+        it left in conflict still holds a conflict marker line."""
+        left = [path for path in self.conflicts if has_conflict_markers(clone / path)]
+        if left:
+            shown = ", ".join(self.redactor.redact(p) for p in left[:5])
+            raise StageFailed(
+                f"conflict markers remain in {shown}: the merge with the base is not resolved", FINAL
+            )
+
     def _stage(self, name: str, action: Callable[[], Any], *, retryable: bool) -> Any:
         started = time.monotonic()
         entry: dict[str, Any] = {"stage": name, "status": "running"}
@@ -286,6 +334,10 @@ class Run:
             result = action()
         except (Cancelled, BudgetExhausted):
             entry |= {"status": "cancelled", "duration_s": round(time.monotonic() - started, 3)}
+            raise
+        except StageFailed as exc:  # a rule of the stage refused (the round's head moved)
+            entry |= {"status": "failed", "duration_s": round(time.monotonic() - started, 3)}
+            entry["error"] = self.redactor.bounded(exc.reason, _REASON_CHARS)
             raise
         except (RuntimeApiError, GitError, CommandRefused, OSError) as exc:
             entry |= {"status": "failed", "duration_s": round(time.monotonic() - started, 3)}
@@ -345,6 +397,7 @@ class Run:
                 token_provider=lambda: self._token().token.token,
                 on_stage=lambda name, entry: self.emit("publish", {"stage": name, "status": entry["status"]}),
                 redactor=self.redactor,
+                merge_parent=self.merge_parent,
             )
         return result.pr_url, result.pr_number
 
@@ -468,3 +521,16 @@ class Run:
             if not beat.running:
                 self.stop()
                 return
+
+
+def has_conflict_markers(path: Path) -> bool:
+    """Whether a regular file (never followed through a link: the tree is untrusted) holds a
+    line git writes around a conflict; a file deleted or replaced by a link holds none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return False
+        return _MARKER.search(handle.read()) is not None

@@ -33,9 +33,11 @@ from steward.adapters.ticket_store import TicketStore
 from steward.adapters.user_store import UserStore
 from steward.domain import gates
 from steward.domain.errors import Conflict, LifecycleError
+from steward.domain.follow_ups import settlement
+from steward.domain.ids import round_task_id
 from steward.domain.launch import Launcher
 from steward.domain.loop import LoopState
-from steward.domain.models import Plan, Task, TaskStatus, utcnow
+from steward.domain.models import Plan, PlanStatus, Task, TaskStatus, utcnow
 from steward.domain.reconcile import (
     SUPERSEDED,
     Action,
@@ -48,6 +50,7 @@ from steward.domain.reconcile import (
     RefuseAsk,
     RepairItem,
     Reply,
+    SettleRound,
     Spawn,
     StartRound,
     reconcile,
@@ -140,7 +143,7 @@ class Heartbeat:
         watched: list[Task] = []  # closed by a person lately: a lost reopen or merge is found
         if self.resync is not None and sweep is not None:
             watched = self.resync.recently_closed(plans, now=now)
-            self.resync.sweep_review(sweep, state.user, live, now=now, closed=watched)
+            self.resync.sweep_review(sweep, state.user, live, now=now, closed=watched, plans=plans)
             due = _earliest(due, self.resync.next_due(sweep, [*live, *watched], now=now))
         self.users.finish_tick(
             state,
@@ -217,6 +220,8 @@ class _Apply:
                 beat.tasks.project_item(found, now=self.now)
         elif isinstance(action, StartRound | RefuseAsk):
             self._answer_ask(action)
+        elif isinstance(action, SettleRound):
+            self._settle(action)
         elif isinstance(action, Reply | ClosePull):
             self._on_github(action)
 
@@ -227,6 +232,21 @@ class _Apply:
             self.beat.tasks.refuse_ask(
                 self.live[action.task_id], action.round_key, action.reason, now=self.now
             )
+
+    def _settle(self, action: SettleRound) -> None:
+        """Read round `action.round`'s last attempt and have its task take account of it."""
+        parent = self.live[action.task_id]
+        plan = next((p for p in self.plans.values() if p.id == parent.plan_id), None)
+        approved = plan is not None and plan.status is not PlanStatus.ARCHIVED  # no retry otherwise
+        max_attempts = int(plan.front_matter.get("max_attempts", 3)) if plan is not None else 1
+        last = None
+        for attempt in range(1, max_attempts + 1):
+            found = self.beat.tasks.get(round_task_id(parent.id, action.round, attempt))
+            if found is None:
+                break
+            last = found
+        settled = settlement(last, max_attempts=max_attempts if approved else 1)
+        self.beat.tasks.settle_round(parent, action.round, settled, now=self.now)
 
     def _on_github(self, action: Reply | ClosePull) -> None:
         beat = self.beat

@@ -166,6 +166,7 @@ class _Run:
     secrets: list[str] = field(default_factory=list)
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     nested: tuple[str, ...] = ()
+    merge_parent: str | None = None  # a conflict round's merged base commit (its second parent)
     _token: str | None = None
 
     def token(self) -> str:
@@ -234,6 +235,7 @@ class Publisher:
         token_provider: Callable[[], str],
         on_stage: StageHook | None = None,
         redactor: Redactor | None = None,
+        merge_parent: str | None = None,
     ) -> PublishResult:
         """Run every stage (see the module docstring); the pull request's URL and number and
         the pushed SHA. `checks` items: {"command", "exit_status" (or "exit_code"),
@@ -241,14 +243,17 @@ class Publisher:
         is recorded (for progress events); an exception from it stops publication there.
         `redactor`: the caller's (it holds every secret the process holds): what is written
         or sent is redacted with it and the scan looks for its secrets; the tokens this
-        publication gets are added to it. Raises PublishError for a refusal, GitError /
-        GitHubError for faults; either way publish.json says which stage and why."""
+        publication gets are added to it. `merge_parent`: the base commit a conflict round
+        merged into the clone (the commit is a merge of the branch's head and it). Raises
+        PublishError for a refusal, GitError / GitHubError for faults; either way
+        publish.json says which stage and why."""
         run = _Run(
             task,
             Path(clone),
             Path(clone).parent / ARTIFACTS_DIR,
             token_provider,
             redactor if redactor is not None else Redactor(),
+            merge_parent=merge_parent,
         )
         succeeded = False
         try:
@@ -354,6 +359,12 @@ class Publisher:
                 f"{exc.message}; nothing is published from it", stage="stage", reason="git_dir"
             ) from None
         run.nested = tree.nested
+        if self._commit_of(run, "MERGE_HEAD") != run.merge_parent:  # only a conflict round's own merge
+            raise PublishError(
+                "the clone's merge state is not the one Steward made; nothing is published",
+                stage="stage",
+                reason="merge_state",
+            )
         self._git(run, "add", "-A", *tree.pathspec())
         return "ok", ({"not_staged": list(tree.nested)} if tree.nested else {})
 
@@ -398,6 +409,9 @@ class Publisher:
         base = self._base(run)
         changes = staged_changes(run.clone, base)
         kept = [c for c in changes if c.status != "D"]
+        if run.merge_parent is not None:  # what the merge brought as the base has it is on GitHub already
+            theirs = self._blobs_at(run, run.merge_parent, [c.path for c in kept])
+            kept = [c for c in kept if theirs.get(c.path) != (c.new_mode, c.new)]
         problems: list[tuple[str, str]] = []
         nested = [*run.nested, *(c.path for c in kept if c.new_mode == GITLINK_MODE)]
         nested += _in_git_directories(run.clone, [c.path for c in kept])
@@ -445,13 +459,27 @@ class Publisher:
             commit = self._commit_of(run, f"{commit}^1")
         raise GitError(f"HEAD sits on more than {MAX_OWN_COMMITS} commits of this task")
 
+    def _blobs_at(self, run: _Run, commit: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """path -> (mode, object) of `paths` in `commit`."""
+        if not paths:
+            return {}
+        listing = self._git(run, "ls-tree", "-z", "--full-tree", commit, "--", *paths)
+        found: dict[str, tuple[str, str]] = {}
+        for entry in listing.split("\0"):
+            meta, _, path = entry.partition("\t")
+            parts = meta.split()
+            if len(parts) == 3:
+                found[path] = (parts[0], parts[2])
+        return found
+
     def _commit_of(self, run: _Run, revision: str) -> str | None:
         found = self._local(run, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}", check=False)
         return found.stdout.strip() if found.returncode == 0 else None
 
     def _commit(self, run: _Run) -> tuple[str, dict[str, Any]]:
+        merging = run.merge_parent
         staged = self._local(run, "diff", "--cached", "--quiet", *DIFF_FLAGS, check=False).returncode
-        if staged == 0:
+        if staged == 0 and merging is None:
             if self._head_is_ours(run):
                 return "skipped", {"reason": "already committed", "sha": self._head(run)}
             raise PublishError(
@@ -471,7 +499,8 @@ class Publisher:
             input_text=self._message(run),
             env=self._identity(),
         )
-        return "ok", {"sha": self._head(run), "author": f"{self.bot_name} <{self.bot_email}>"}
+        detail = {"sha": self._head(run), "author": f"{self.bot_name} <{self.bot_email}>"}
+        return "ok", detail | ({"merged": merging} if merging else {})
 
     def _resolve(self, run: _Run) -> tuple[str, dict[str, Any]]:
         return "ok", {"sha": self._head(run)}

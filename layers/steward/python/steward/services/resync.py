@@ -11,8 +11,10 @@ delivery was lost is found). Each is asked with the ETag of its previous answer,
 unchanged pull request is a 304 that costs no rate limit. A task in review also has its
 asks read (README: "Follow-up rounds"): the check runs and commit statuses of its head
 (conditional too, so 3 calls, all 304s, for a pull request with nothing new), and, when the
-pull request changed (GitHub moves its `updated_at` on a review or a comment), its reviews
-and comments newer than the last read (`asks_read_at`). What they ask is recorded exactly
+pull request changed (GitHub moves its `updated_at` on a review or a comment; its base
+moving changes it too), whether it still merges (a conflict is an ask) and its reviews and
+comments newer than the last read (`asks_read_at`). A review task whose repository took a
+merge of another of Steward's pull requests since its last look is looked at at once. What they ask is recorded exactly
 as a delivery's would be (`steward.services.asks`: once per GitHub object and round key),
 so a lost delivery still starts its round. A state found is
 assigned exactly as a webhook would assign it: the same idempotent transition, a
@@ -24,17 +26,17 @@ fails the tick.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from steward.adapters.github import GitHubError, InstallationRead, PullObservation
+from steward.adapters.github import GitHubError, InstallationRead, PullMergeability, PullObservation
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
 from steward.domain import resync
 from steward.domain.errors import LifecycleError
-from steward.domain.follow_ups import PullAt, rest_triggers
+from steward.domain.follow_ups import PullAt, conflict_trigger, rest_triggers
 from steward.domain.installations import Installation
 from steward.domain.models import ItemStatus, Plan, PlanStatus, Task, TaskStatus, iso
 from steward.domain.webhooks import Reopened, refresh_change, reopened, sync_from_map, target_status
@@ -45,7 +47,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BACKOFF_AFTER_FAILURE = timedelta(seconds=60)
-CALLS_PER_REVIEW = 6  # at most (new asks aside): its listing, 3 conversation reads, checks, statuses
+# At most, new asks aside: the listing, mergeability, 3 conversation reads, checks, statuses.
+CALLS_PER_REVIEW = 7
+UNSURE = "mergeable_unknown"  # a reading's mark: GitHub had not computed mergeability yet
 
 
 class PullObserver(AskReader, Protocol):
@@ -56,6 +60,8 @@ class PullObserver(AskReader, Protocol):
     ) -> PullObservation: ...
 
     def read_installation(self, installation_id: int) -> InstallationRead: ...
+
+    def mergeability(self, installation_id: int, repo: str, number: int) -> PullMergeability | None: ...
 
     def reviews(self, installation_id: int, repo: str, number: int) -> list[dict[str, Any]]: ...
 
@@ -74,6 +80,7 @@ class Sweep:
     owned: list[Installation] | None = None  # the user's installations, read once per tick
     holders: dict[str, list[int]] = field(default_factory=dict)  # repo -> installation ids
     failed_at: datetime | None = None  # GitHub refused or failed: no more calls this tick
+    bases: dict[str, datetime] = field(default_factory=dict)  # repo -> when a merge moved its base
 
     @property
     def open(self) -> bool:
@@ -125,14 +132,24 @@ class Resync:
         return [t for t in self.tasks.get_many(ids) if resync.watched_closed(t, now, self.policy)]
 
     def sweep_review(
-        self, sweep: Sweep, user: str, live: list[Task], *, now: datetime, closed: list[Task] | None = None
+        self,
+        sweep: Sweep,
+        user: str,
+        live: list[Task],
+        *,
+        now: datetime,
+        closed: list[Task] | None = None,
+        plans: Sequence[Plan] = (),
     ) -> None:
         """Re-read installations whose deliveries disagreed, then observe the review tasks
         that fall due, then the `closed` ones still watched, oldest observation first,
         within budget."""
         self._refresh_disputed(sweep, user, now=now)
         observed = [*live, *(closed or ())]
-        for task in resync.due(observed, now, self.policy, budget=sweep.budget - sweep.calls):
+        sweep.bases = merged_into(plans)
+        for task in resync.due(
+            observed, now, self.policy, budget=sweep.budget - sweep.calls, moved=sweep.bases
+        ):
             in_review = task.status is TaskStatus.REVIEW and task.pr_number is not None
             if not sweep.open or (in_review and sweep.budget - sweep.calls < CALLS_PER_REVIEW):
                 return
@@ -145,6 +162,8 @@ class Resync:
                 if heard is None:  # out of calls, or GitHub failed: the task is due again
                     return
                 read = heard
+                if read.pop(UNSURE, False):  # keep the old ETag: next period reads the listing in full
+                    observation = replace(observation, etag=None)
             if observation.changed and observation.pull is not None:
                 self._assign(sweep, task, observation, now=now, read=read)
             else:  # unchanged (304), or no pull request listed: look again next period
@@ -155,7 +174,10 @@ class Resync:
         closed tasks still watched."""
         if sweep.failed_at is not None:
             return sweep.failed_at + BACKOFF_AFTER_FAILURE
-        upcoming = resync.next_due([t for t in live if t.id not in sweep.moved], self.policy, now)
+        waiting = [t for t in live if t.id not in sweep.moved]
+        upcoming = resync.next_due(waiting, self.policy, now)
+        if any(resync.base_moved(t, sweep.bases) for t in waiting):
+            return now  # a merge moved its base: looked at without waiting (a conflict sends nothing)
         if upcoming is not None and upcoming <= now:  # more fell due than the budget allowed
             return now
         return upcoming
@@ -196,7 +218,20 @@ class Resync:
         github = self.github()
         conversation: dict[str, list[dict[str, Any]]] = {}
         since = task.asks_read_at
+        triggers = []
+        unsure = False  # GitHub has not computed whether it merges: ask again next period
         if observation.changed:
+            merge = self._ask(
+                sweep,
+                task,
+                lambda: github.mergeability(at.installation_id, at.repository, at.number),
+                now=now,
+            )
+            if merge is None and not sweep.open:
+                return None
+            if merge is not None and merge.mergeable is False and merge.state == "dirty":
+                triggers.append(conflict_trigger(at, base_ref=merge.base_ref, base_sha=merge.base_sha))
+            unsure = merge is not None and merge.mergeable is None
             for name, read_list in (
                 ("reviews", lambda: github.reviews(at.installation_id, at.repository, at.number)),
                 (
@@ -229,7 +264,7 @@ class Resync:
         )
         if runs is None or statuses is None:
             return None
-        triggers = rest_triggers(
+        triggers += rest_triggers(
             at, self.app_slug, check_runs=runs.items, statuses=statuses.items, **conversation
         )
         calls = self.asks.calls
@@ -247,6 +282,8 @@ class Resync:
         }
         if said:
             read["asks_read_at"] = max([*said, since or ""])
+        if unsure:
+            read[UNSURE] = True
         return read
 
     def _ask(self, sweep: Sweep, task: Task, call: Callable[[], T], *, now: datetime) -> T | None:
@@ -349,3 +386,13 @@ def _stays_in_review(observation: PullObservation) -> bool:
 def _said_at(item: Mapping[str, Any]) -> str:
     """When a review was submitted or a comment last changed (GitHub's ISO form sorts)."""
     return str(item.get("submitted_at") or item.get("updated_at") or "")
+
+
+def merged_into(plans: Sequence[Plan]) -> dict[str, datetime]:
+    """repository -> the latest change of a plan of it with a merged item (when another of
+    Steward's pull requests may have moved the base: `domain.resync.base_moved`)."""
+    moved: dict[str, datetime] = {}
+    for plan in plans:
+        if plan.status is not PlanStatus.ARCHIVED and any(i.status is ItemStatus.MERGED for i in plan.items):
+            moved[plan.repo] = max(moved.get(plan.repo, plan.updated_at), plan.updated_at)
+    return moved

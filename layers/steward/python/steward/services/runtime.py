@@ -52,7 +52,6 @@ from steward.domain.errors import (
     TooLarge,
     Unauthorized,
 )
-from steward.domain.follow_ups import reply_added, round_failed_kind
 from steward.domain.models import Classification, Fault, Task, TaskStatus, iso, utcnow
 
 # githubkit is imported by the App only when a review ending is checked, and the stores by
@@ -252,21 +251,7 @@ class RuntimeService:
         except LifecycleError:  # moved meanwhile to where this ending cannot follow
             return {"status": self.tasks.require(task.id).status.value, "changed": False}
         self.tasks.project_item(done, now=now)
-        if done.is_round and changed and done.status is TaskStatus.FAILED:
-            self._round_failed(done, now)
         return {"status": done.status.value, "changed": changed}
-
-    def _round_failed(self, done: Task, now: datetime) -> None:
-        """A round that failed says so on its pull request (the loop's one reply for it)."""
-        kind = round_failed_kind(done.id)
-        self._tell_parent(
-            done,
-            "follow_up_failed",
-            {"task_id": done.id, "round": done.round, "reason": done.reason},
-            sets=lambda current: reply_added(current, kind),
-            known=lambda current: not reply_added(current, kind),
-            now=now,
-        )
 
     def _tell_parent(
         self,

@@ -14,6 +14,7 @@ from steward.domain.errors import LifecycleError, NotFound
 from steward.domain.ids import plan_id, round_task_id, validate_slug
 from steward.domain.models import PlanKind, Task, utcnow
 
+MAX_ROUND_ATTEMPTS = 10  # a plan's max_attempts at most
 # A follow-up round and its `check` events, in order.
 RoundRecord = tuple[Task, tuple[dict[str, Any], ...]]
 
@@ -65,16 +66,17 @@ class TaskService:
 
     def rounds(self, user: str, task_id: str) -> tuple[Task, tuple[RoundRecord, ...]]:
         """The caller's task and its follow-up rounds, in order, each with its `check` events.
-        A round's id follows from its parent and number (`round_task_id`), and the parent's
-        `rounds_used` counts them (written with each round): one read per round (10 at
-        most, a plan's `follow_ups`), none for a task without rounds."""
+        A round's id follows from its parent, number and attempt (`round_task_id`), and the
+        parent's `rounds_used` counts them (written with each round): one read per attempt and
+        one more per round, none for a task without rounds."""
         task = self.tasks.require_owned(user, task_id)
         rounds: list[RoundRecord] = []
         for number in range(1, task.rounds_used + 1):
-            found = self.tasks.get(round_task_id(task.id, number))
-            if found is None or found.user != user or found.parent != task.id:
-                continue
-            rounds.append((found, self.events.of_type(found.id, "check")))
+            for attempt in range(1, MAX_ROUND_ATTEMPTS + 1):  # a round's retries, in order
+                found = self.tasks.get(round_task_id(task.id, number, attempt))
+                if found is None or found.user != user or found.parent != task.id:
+                    break
+                rounds.append((found, self.events.of_type(found.id, "check")))
         return task, tuple(rounds)
 
     def screen(self, user: str, task_id: str) -> dict[str, Any]:
