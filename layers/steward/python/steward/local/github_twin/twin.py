@@ -449,12 +449,7 @@ class GitHubTwin(Running):
         change. The check run as the event carries it."""
         with self._lock:
             repo = self._repo(full_name)
-            pull = self._pull(repo, number)
-            self._refresh(repo, pull)
-            branch = ref or pull.head_ref
-            sha = self._git.ref_sha(repo.owner, repo.name, branch) if ref else pull.head_sha
-            if sha is None:
-                raise ValueError(f"{full_name} has no branch {branch!r}")
+            branch, sha = self._checked_commit(repo, number, ref)
             pulls = self._minimal_pulls(repo, sha)
             app = self._checks_app()
             run = shapes.check_run(
@@ -481,6 +476,17 @@ class GitHubTwin(Running):
             )
             return run
 
+    def _checked_commit(self, repo: Repo, number: int, ref: str | None) -> tuple[str, str]:
+        """(branch, commit) a check or a status is on: pull request `number`'s head, or branch
+        `ref`'s; ValueError for a branch the repository does not have."""
+        pull = self._pull(repo, number)
+        self._refresh(repo, pull)
+        branch = ref or pull.head_ref
+        sha = self._git.ref_sha(repo.owner, repo.name, branch) if ref else pull.head_sha
+        if sha is None:
+            raise ValueError(f"{repo.full_name} has no branch {branch!r}")
+        return branch, sha
+
     def status(
         self,
         full_name: str,
@@ -502,11 +508,7 @@ class GitHubTwin(Running):
             raise ValueError("a status needs a context")
         with self._lock:
             repo = self._repo(full_name)
-            pull = self._pull(repo, number)
-            self._refresh(repo, pull)
-            sha = self.branch_sha(full_name, ref) if ref else pull.head_sha
-            if sha is None:
-                raise ValueError(f"{full_name} has no branch {ref!r}")
+            _, sha = self._checked_commit(repo, number, ref)
             creator = self._account(f"{CHECKS_APP_SLUG}[bot]", "Bot")
             now = time.time()
             record = CommitStatus(
