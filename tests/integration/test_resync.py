@@ -23,6 +23,7 @@ from steward.domain.models import ItemStatus, PlanStatus, Task, TaskStatus, utcn
 from steward.domain.resync import ResyncPolicy
 from steward.domain.webhooks import WebhookSecret
 from steward.local.github_twin import GitHubTwin
+from steward.local.github_twin.twin import TEAM_WRITER_LOGIN
 from steward.services.heartbeat import Outcome
 from steward.services.replies import Replies
 from steward.services.resync import Resync
@@ -410,3 +411,16 @@ def test_resync_of_pull_requests_in_review_with_nothing_new_costs_three_conditio
     resynced(loop)
     assert github.answers == Counter({"304": 1, "checks 304": 1, "statuses 304": 1})
     assert loop.tasks.require(task.id).status is TaskStatus.REVIEW
+
+
+def test_a_person_with_write_access_but_no_association_may_ask(
+    loop: Loop, twin: GitHubTwin, github: CountingGitHub, installation: int, tmp_path: Path
+) -> None:
+    """GitHub's `author_association` does not show write access through a team: the
+    repository's permission for the author is asked (one call), never a bot's."""
+    task, number = reviewed(loop, github, installation, tmp_path)
+    twin.comment(REPO, number, "@steward please rename it", login=TEAM_WRITER_LOGIN)
+    resynced(loop)
+    [asked] = [e["data"] for e in follow_ups(loop, task) if e["type"] == "follow_up_asked"]
+    assert (asked["author"], asked["author_association"]) == (TEAM_WRITER_LOGIN, "CONTRIBUTOR")
+    assert github.answers["can_write"] == 1

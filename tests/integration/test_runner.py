@@ -691,7 +691,12 @@ def test_a_review_requesting_changes_is_answered_by_a_round_on_the_same_pull_req
     ]
     answered = settled(alice, round_id)
     assert answered["status"] == "answered", answered
-    assert (answered["parent"], answered["round"], answered["pr_url"]) == (parent, 1, first["pr_url"])
+    assert (answered["kind"], answered["parent"], answered["round"], answered["pr_url"]) == (
+        "follow_up",
+        parent,
+        1,
+        first["pr_url"],
+    )
     # One new commit on the same branch, a fast-forward of the head the review was on.
     new_head = _branch_head(stack, int(number))
     assert new_head != head

@@ -31,6 +31,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, cast
+from urllib.parse import quote
 
 import httpx
 from githubkit import GitHub
@@ -279,6 +280,27 @@ class RepositoryClient:
         is a fork's."""
         pull = self._own_pull(installation_id, repo, number)
         return None if pull is None else (pull.head.ref, pull.head.sha)
+
+    def can_write(self, installation_id: int, repo: str, login: str) -> bool:
+        """Whether `login` may write to `repo` (admin, maintain or write: through a team too,
+        which `author_association` does not show)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> bool:
+            body = self._gh.request(
+                "GET",
+                f"/repos/{owner}/{name}/collaborators/{quote(login, safe='')}/permission",
+                headers=headers,
+            ).json()
+            return isinstance(body, dict) and body.get("permission") in ("admin", "maintain", "write")
+
+        try:
+            return self._call(f"read the permission of {login} on {repo}", call)
+        except GitHubError as exc:
+            if exc.upstream_status == 404:
+                return False
+            raise
 
     def pull_base(self, installation_id: int, repo: str, number: int) -> str | None:
         """The base branch of pull request `number` of `repo` (None: no such pull request)."""

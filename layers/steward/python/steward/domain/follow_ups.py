@@ -15,7 +15,9 @@ Triggers, each on a pull request whose head branch is Steward's:
   no webhook says so).
 
 A review or a mention counts only from a person who may change the repository: an
-`author_association` of OWNER, MEMBER or COLLABORATOR, never a bot (Steward included).
+`author_association` of OWNER, MEMBER or COLLABORATOR, never a bot (Steward included); the
+recorder (`steward.services.asks`) asks GitHub for the write access of anyone else, which
+an association does not show when it comes through a team.
 Checks and conflicts need no author: they come from the repository, not from a person.
 
 At most one round per (pull request, head SHA, trigger kind): `Trigger.round_key`.

@@ -298,7 +298,8 @@ class Task(BaseModel):
             "item_key": self.item_key,
             "revision": self.revision,
             "attempt": self.attempt,
-            "kind": self.kind.value,
+            # a round is a task of its own kind for clients (DESIGN: "Follow-up rounds")
+            "kind": "follow_up" if self.is_round else self.kind.value,
             "title": self.title,
             "status": self.status.value,
             "classification": self.classification.value if self.classification else None,

@@ -72,6 +72,8 @@ class AskReader(Protocol):
 
     def pull_base(self, installation_id: int, repo: str, number: int) -> str | None: ...
 
+    def can_write(self, installation_id: int, repo: str, login: str) -> bool: ...
+
 
 class _NotAsked(Exception):
     """A follow-up ask that the task, as the write reads it, does not take."""
@@ -103,6 +105,8 @@ class Asks:
             return WebhookOutcome("unchanged", "this follow-up was recorded already")
         key = trigger.round_key(number, head)
         refused = author_problem(trigger)
+        if refused is not None and self._writes(task, trigger):
+            refused = None  # no association GitHub shows, but write access (through a team)
         if refused is None:
             trigger = self._read_more(task, trigger)
 
@@ -164,6 +168,23 @@ class Asks:
             return WebhookOutcome("applied", refused)
         logger.info("a follow-up asked for", extra=extra)
         return WebhookOutcome("applied")
+
+    def _writes(self, task: Task, trigger: Trigger) -> bool:
+        """Whether a person (never a bot) whose association says nothing may write to the
+        repository, as GitHub says; False without an answer (refused, as the association says)."""
+        if (
+            trigger.author_is_bot
+            or not trigger.author
+            or self.github is None
+            or trigger.installation_id is None
+        ):
+            return False
+        self.calls += 1
+        try:
+            return self.github().can_write(trigger.installation_id, task.repo, trigger.author)
+        except GitHubError as exc:
+            logger.warning("a follow-up's author is judged by their association alone: %s", exc.message)
+            return False
 
     def _read_more(self, task: Task, trigger: Trigger) -> Trigger:
         """What the delivery did not carry, from GitHub: a review's inline comments, and

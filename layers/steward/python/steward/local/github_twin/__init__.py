@@ -17,7 +17,9 @@ REST (root of `twin.url`, as `api.github.com`):
   `GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`, `GET /repos/{o}/{r}/pulls/{n}/comments`
   (inline comments; `since`), `GET /repos/{o}/{r}/commits/{ref}/check-runs` (`filter`,
   `check_name`, `status`, `app_id`), `GET /repos/{o}/{r}/commits/{ref}/status` (the combined
-  status) (installation token, `token X` or `Bearer X`; `ref` a SHA or a branch)
+  status), `GET /repos/{o}/{r}/collaborators/{login}/permission` (`team-writer` may write with
+  no association GitHub shows) (installation token, `token X` or `Bearer X`; `ref` a SHA or a
+  branch)
 
 Git: `{url}/{owner}/{repo}.git` (the repository's `clone_url`).
 

@@ -452,6 +452,10 @@ def _check_merged(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Resul
     return _Result(204)
 
 
+def _permission(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_permission(req.authorization, _full(m), unquote(m[2])))
+
+
 _ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("POST", re.compile(rf"^/app/installations/{_NUMBER}/access_tokens$"), _create_token),
     ("GET", re.compile(rf"^/app/installations/{_NUMBER}$"), _installation),
@@ -477,6 +481,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/comments$"), _list_review_comments),
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/commits/{_REF}/check-runs$"), _check_runs),
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/commits/{_REF}/status$"), _combined_status),
+    (
+        "GET",
+        re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/collaborators/{_SEGMENT}/permission$"),
+        _permission,
+    ),
 ]
 
 

@@ -53,8 +53,11 @@ Json = dict[str, Any]
 HUMAN_LOGIN = "twin-reviewer"  # the person who merges, closes and installs
 REVIEWER_LOGIN = "octo-reviewer"  # a collaborator who reviews and comments
 DRIVE_BY_LOGIN = "drive-by"  # a GitHub user with no standing in the repository
+TEAM_WRITER_LOGIN = "team-writer"  # may write through a team, with no association GitHub shows
 # `author_association` of the twin's people (a repository's owner is OWNER; anyone else NONE).
-ASSOCIATIONS = {HUMAN_LOGIN: "MEMBER", REVIEWER_LOGIN: "COLLABORATOR"}
+ASSOCIATIONS = {HUMAN_LOGIN: "MEMBER", REVIEWER_LOGIN: "COLLABORATOR", TEAM_WRITER_LOGIN: "CONTRIBUTOR"}
+# Their permission on any repository (the owner's is admin; anyone else's read).
+PERMISSIONS = {HUMAN_LOGIN: "write", REVIEWER_LOGIN: "write", TEAM_WRITER_LOGIN: "write"}
 CHECKS_APP_SLUG = "twin-ci"  # the App that reports the twin's check runs
 CHECK_CONCLUSIONS = ("success", "failure", "timed_out", "neutral", "cancelled")
 STATUS_STATES = ("error", "failure", "pending", "success")
@@ -816,6 +819,17 @@ class GitHubTwin(Running):
             repo = self._reachable_repo(self._token(authorization), full_name)
             return self._repo_json(self.url, repo, full=True)
 
+    def api_permission(self, authorization: str | None, full_name: str, login: str) -> Json:
+        """`GET /repos/{o}/{r}/collaborators/{login}/permission`: a user's permission."""
+        with self._lock:
+            repo = self._reachable_repo(self._token(authorization), full_name)
+            account = self._accounts.get(login.lower())
+            if account is None:
+                raise TwinError(404, "Not Found", documentation_url=_DOCS)
+            owner = account.login.lower() == repo.owner.lower()
+            permission = "admin" if owner else PERMISSIONS.get(account.login, "read")
+            return {"permission": permission, "role_name": permission, "user": shapes.user(self.url, account)}
+
     def api_installation_repos(self, authorization: str | None) -> tuple[str, list[Json]]:
         with self._lock:
             token = self._token(authorization)
@@ -1546,8 +1560,8 @@ class GitHubTwin(Running):
         )
 
     def _comment_json(self, repo: Repo, comment: Comment) -> Json:
-        author = shapes.user(self.url, self._accounts[comment.user.lower()])
-        return shapes.issue_comment(self.url, repo.full_name, comment, author=author)
+        author, association = self._person(repo, comment.user)
+        return shapes.issue_comment(self.url, repo.full_name, comment, author=author, association=association)
 
     def next_server_error(self) -> int:
         """502, 503, 502, ...: the status of the next injected server error."""
