@@ -3,6 +3,7 @@ round and when, what a round's task is, what its model is told and what it repli
 
 from __future__ import annotations
 
+import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,17 @@ def test_a_rounds_ending_is_taken_as_its_head_a_retry_within_its_one_budget_or_a
         update={"status": TaskStatus.FAILED, "classification": "retryable", "cost_usd": second.budget_usd}
     )
     assert settlement(spent, max_attempts=3).reply is not None  # the round's one budget is spent
+
+
+def test_the_marker_check_never_leaves_the_tree_nor_waits_on_a_pipe(tmp_path: Path) -> None:
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    tree.mkdir()
+    outside.mkdir()
+    (outside / "calc.py").write_bytes(b"<<<<<<< HEAD\n")
+    (tree / "lib").symlink_to(outside)  # a directory replaced by a link out of the tree
+    assert has_conflict_markers(tree / "lib" / "calc.py", tree) is False
+    os.mkfifo(tree / "calc.py")  # a conflicted file replaced by a pipe nobody writes
+    assert has_conflict_markers(tree / "calc.py", tree) is False
+    (tree / "sub").mkdir()
+    (tree / "sub" / "calc.py").write_bytes(b">>>>>>> main\n")
+    assert has_conflict_markers(tree / "sub" / "calc.py", tree) is True

@@ -319,7 +319,7 @@ class Run:
     def _conflicts_resolved(self, clone: Path) -> None:
         """Steward, not the model, decides that the merge's conflicts are resolved: no file
         it left in conflict still holds a conflict marker line."""
-        left = [path for path in self.conflicts if has_conflict_markers(clone / path)]
+        left = [path for path in self.conflicts if has_conflict_markers(clone / path, clone)]
         if left:
             shown = ", ".join(self.redactor.redact(p) for p in left[:5])
             raise StageFailed(
@@ -523,11 +523,16 @@ class Run:
                 return
 
 
-def has_conflict_markers(path: Path) -> bool:
-    """Whether a regular file (never followed through a link: the tree is untrusted) holds a
-    line git writes around a conflict; a file deleted or replaced by a link holds none."""
+def has_conflict_markers(path: Path, root: Path | None = None) -> bool:
+    """Whether a regular file of the tree `root` holds a line git writes around a conflict;
+    a file deleted, or replaced by a link (never followed: the tree is untrusted, a link in
+    its directories neither), or by anything but a regular file (never waited on) holds none."""
+    if root is not None:
+        top, folder = Path(os.path.realpath(root)), Path(os.path.realpath(path.parent))
+        if folder != top and top not in folder.parents:
+            return False
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     with os.fdopen(fd, "rb") as handle:
