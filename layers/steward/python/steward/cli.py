@@ -444,7 +444,6 @@ def cmd_loop_set(args: argparse.Namespace) -> int:
             "timezone": args.timezone,
             "daily_spawn_cap": args.daily_cap,
             "max_parallel": args.max_parallel,
-            "max_open_prs": args.max_open_prs,
         }.items()
         if v is not None
     }
@@ -903,7 +902,6 @@ def _add_loop_commands(sub: Any) -> None:
     p.add_argument("--timezone", help="IANA time zone, e.g. Europe/Berlin")
     p.add_argument("--daily-cap", type=int, help="task spawns per local day")
     p.add_argument("--max-parallel", type=int, help="tasks running at once")
-    p.add_argument("--max-open-prs", type=int, help="pull requests awaiting review at most (new tasks wait)")
     p.set_defaults(func=cmd_loop_set)
 
 

@@ -756,8 +756,6 @@
       el("label", { for: "enabled" }, "Enabled"), input("enabled", { type: "checkbox", checked: settings.enabled }),
       el("label", { for: "max_parallel" }, "Max parallel tasks"),
       input("max_parallel", { type: "number", min: 1, max: 100, value: settings.max_parallel }),
-      el("label", { for: "max_open_prs" }, "Pull requests awaiting review at most"),
-      input("max_open_prs", { type: "number", min: 1, max: 100, value: settings.max_open_prs }),
       el("label", { for: "interval_seconds" }, "Looks every (seconds)"),
       input("interval_seconds", { type: "number", min: 1, max: 86400, value: settings.interval_seconds }),
       el("label", { for: "daily_spawn_cap" }, "Daily spawn cap"),
@@ -782,7 +780,6 @@
         await api("PUT", "/v1/loop", {
           enabled: form.elements.enabled.checked,
           max_parallel: Number(value("max_parallel")),
-          max_open_prs: Number(value("max_open_prs")),
           daily_spawn_cap: Number(value("daily_spawn_cap")),
           interval_seconds: Number(value("interval_seconds")),
           quiet_hours: start && end ? { start, end } : null,

@@ -162,7 +162,6 @@ Action = (
 class Policy:
     max_parallel: int
     spawns_left: int  # of today's daily cap
-    max_open_prs: int = 5  # the user's pull requests awaiting review (or being written) at most
     spawning_stopped: bool = False  # the operators' global brake: no spawn at all
 
 
@@ -340,19 +339,13 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
 
     slots = max(0, policy.max_parallel - sum(1 for t in live_tasks if t.status in _RUNS))
     allowed = 0 if policy.spawning_stopped else min(slots, policy.spawns_left)
-    room = max(0, policy.max_open_prs - len(pull_request_load(live_tasks)))
-    starting, held = _admitted(candidates, allowed, room)
-    actions += starting
+    actions += candidates[:allowed]
     actions += [Launch(t.id) for t in live_tasks if t.status is TaskStatus.QUEUED and t.launched_at is None]
     actions += closing
-    waiting = tuple(held)
+    waiting = tuple(candidates[allowed:])
     return Decision(
         actions=tuple(actions),
-        # held by the cap itself: all it allows started (not by max_open_prs, which a merge frees)
-        blocked_by_cap=bool(waiting)
-        and not policy.spawning_stopped
-        and policy.spawns_left <= slots
-        and len(starting) == policy.spawns_left,
+        blocked_by_cap=bool(waiting) and not policy.spawning_stopped and policy.spawns_left <= slots,
         live_work=live_work,
         waiting=waiting,
         # Nothing advances a watermark when the brake is released: spawns it held keep the
@@ -369,33 +362,5 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
 
 # Tasks that occupy a parallel slot.
 _RUNS = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})
-
-
-def _admitted(
-    candidates: Sequence[Spawn | StartRound], allowed: int, room: int
-) -> tuple[list[Spawn | StartRound], list[Spawn | StartRound]]:
-    """(those that start now, those that wait): at most `allowed`, in order, a new task
-    (`Spawn`) only while there is `room` under max_open_prs (a round is never held by it)."""
-    starting: list[Spawn | StartRound] = []
-    held: list[Spawn | StartRound] = []
-    for candidate in candidates:
-        if len(starting) == allowed or (isinstance(candidate, Spawn) and room == 0):
-            held.append(candidate)
-            continue
-        room -= isinstance(candidate, Spawn)
-        starting.append(candidate)
-    return starting, held
-
-
-def pull_request_load(live: Sequence[Task]) -> list[Task]:
-    """The user's tasks whose pull request awaits review, or will (queued or running work,
-    not a follow-up round, which answers on an open one): what `max_open_prs` bounds."""
-    return [
-        t
-        for t in live
-        if t.kind is PlanKind.WORK and not t.is_round and (t.status is TaskStatus.REVIEW or t.status in _RUNS)
-    ]
-
-
 # The item statuses that say its task is live (the task is queued, running or in review).
 _SHOWN_LIVE = frozenset({ItemStatus.RUNNING, ItemStatus.REVIEW})

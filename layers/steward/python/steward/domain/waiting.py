@@ -21,12 +21,10 @@ from steward.domain import gates
 from steward.domain.installations import Installation
 from steward.domain.loop import LoopState
 from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, PlanStatus, Task, TaskStatus
-from steward.domain.reconcile import pull_request_load
 
 Reason = Literal[
     "next_tick",
     "max_parallel",
-    "review_capacity",
     "daily_cap",
     "quiet_hours",
     "paused",
@@ -140,14 +138,6 @@ def _spawn_gates(state: LoopState, live: Sequence[Task], now: datetime) -> Waiti
             "max_parallel",
             None,
             f"{len(holding)} of {settings.max_parallel} parallel slots held by {', '.join(holding)}",
-        )
-    load = pull_request_load(live)
-    if len(load) >= settings.max_open_prs:
-        named = ", ".join(f"#{t.pr_number}" if t.pr_number else f"{t.id} ({t.status.value})" for t in load)
-        return Waiting(
-            "review_capacity",
-            None,
-            f"{len(load)} of {settings.max_open_prs} pull requests await review or are being written: {named}",
         )
     return _next_tick(state)
 

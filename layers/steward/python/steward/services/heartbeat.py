@@ -130,11 +130,7 @@ class Heartbeat:
         plans = self.plans.all_for_user(state.user)
         live = self.tasks.live_for_user(state.user)
         day = gates.local_day(state.settings, now)
-        policy = Policy(
-            max_parallel=state.settings.max_parallel,
-            spawns_left=state.spawns_left(day),
-            max_open_prs=state.settings.max_open_prs,
-        )
+        policy = Policy(max_parallel=state.settings.max_parallel, spawns_left=state.spawns_left(day))
         decision = reconcile(plans, live, now, policy)
         # The brake is read only when there is a spawn to hold back (cached, at most 5 s stale).
         if any(isinstance(action, Spawn | StartRound) for action in decision.actions) and self.brake():
