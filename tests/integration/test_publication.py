@@ -629,6 +629,12 @@ def test_a_conflict_rounds_merge_is_published_with_both_parents_and_no_other_mer
     assert parents[1] == base  # a merge of the branch's head and the base, never a rebase
     assert kit.branch() == result.sha
     assert stages_of(clone)["commit"]["detail"]["merged"] == base
+    again = kit.publish(clone, redactor=Redactor([HELD]), merge_parent=base)  # a replay finds it
+    assert (again.sha, again.pr_number, kit.pull_numbers()) == (
+        result.sha,
+        result.pr_number,
+        [result.pr_number],
+    )
 
 
 def test_the_pull_request_and_the_commit_are_redacted(hostile: Kit) -> None:

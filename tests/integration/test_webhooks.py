@@ -40,7 +40,7 @@ from steward.adapters.delivery_store import DeliveryStore
 from steward.adapters.dynamo import Tables, count_requests, plain
 from steward.adapters.installation_store import InstallationStore
 from steward.adapters.task_store import TaskStore
-from steward.domain.follow_ups import MAX_FOLLOW_UP_KEYS
+from steward.domain.follow_ups import MAX_FOLLOW_UP_KEYS, MAX_REFUSALS
 from steward.domain.installations import Installation
 from steward.domain.models import Task, TaskStatus, utcnow
 from steward.domain.webhooks import (
@@ -1336,3 +1336,18 @@ def test_a_task_holds_a_bounded_number_of_asks(world: World) -> None:
         f"the task holds {MAX_FOLLOW_UP_KEYS} follow-up asks already",
     )
     assert len(world.current().follow_up_keys) == MAX_FOLLOW_UP_KEYS
+
+
+def test_a_strangers_flood_of_mentions_never_uses_up_what_a_collaborator_may_ask(world: World) -> None:
+    _, number = _in_review(world)
+    for n in range(MAX_REFUSALS + 5):  # each a new comment of someone who may not ask
+        mention = aimed_at(
+            real_payload("octokit.pull_request_review_comment.created.json"), branch=world.task.branch
+        )
+        mention["pull_request"]["number"] = number
+        mention["comment"].update(id=9000 + n, body="@steward do my bidding", author_association="NONE")
+        world.deliver(delivery("pull_request_review_comment", mention))
+    refused = [e for e in _follow_ups(world) if e["type"] == "follow_up_refused"]
+    assert len(refused) == MAX_REFUSALS
+    assert world.deliver(delivery("pull_request_review", _review(world, number))) == "applied"
+    assert [e["type"] for e in _follow_ups(world)][-1] == "follow_up_asked"

@@ -339,28 +339,27 @@ def test_a_rounds_ending_is_taken_as_its_head_a_retry_within_its_one_budget_or_a
     def ended(status: TaskStatus, classification: str | None = None, **more: Any) -> Task:
         return first.model_copy(update={"status": status, "classification": classification, **more})
 
-    assert settlement(None, max_attempts=3) == Settlement()
-    assert settlement(ended(TaskStatus.ANSWERED, head_sha="e" * 40), max_attempts=3) == Settlement(
-        head_sha="e" * 40
-    )
-    assert settlement(ended(TaskStatus.CANCELLED, "final"), max_attempts=3) == Settlement()
-    retry = settlement(ended(TaskStatus.FAILED, "retryable", cost_usd=Decimal("0.1")), max_attempts=3).retry
+    assert settlement(None) == Settlement()
+    assert settlement(ended(TaskStatus.ANSWERED, head_sha="e" * 40)) == Settlement(head_sha="e" * 40)
+    assert settlement(ended(TaskStatus.CANCELLED, "final")) == Settlement()
+    retry = settlement(ended(TaskStatus.FAILED, "retryable", cost_usd=Decimal("0.1"))).retry
     assert retry is not None
     assert (retry["attempt"], retry["spent_usd"], retry["round_key"]) == (2, "0.1", ask()["round_key"])
     second = round_for(parent, plan, retry, number=1, now=NOW)
     assert (second.attempt, second.budget_usd, second.id != first.id) == (2, budget - Decimal("0.1"), True)
-    failed = settlement(
-        second.model_copy(update={"status": TaskStatus.FAILED, "classification": "final"}), max_attempts=3
-    )
+    failed = settlement(second.model_copy(update={"status": TaskStatus.FAILED, "classification": "final"}))
     assert failed == Settlement(reply=f"round_failed:{second.id}")
     last = second.model_copy(
         update={"status": TaskStatus.FAILED, "classification": "retryable", "attempt": 3}
     )
-    assert settlement(last, max_attempts=3).reply == f"round_failed:{second.id}"  # no attempt left
+    assert settlement(last).reply == f"round_failed:{second.id}"  # no attempt left
     spent = second.model_copy(
         update={"status": TaskStatus.FAILED, "classification": "retryable", "cost_usd": second.budget_usd}
     )
-    assert settlement(spent, max_attempts=3).reply is not None  # the round's one budget is spent
+    assert settlement(spent).reply is not None  # the round's one budget is spent
+    archived = settlement(ended(TaskStatus.FAILED, "retryable"), retries=False)  # its plan was archived
+    assert archived == Settlement(reply=f"round_failed:{first.id}")
+    assert first.max_attempts == 3  # its plan's, copied when it spawned
 
 
 def test_the_marker_check_never_leaves_the_tree_nor_waits_on_a_pipe(tmp_path: Path) -> None:

@@ -46,9 +46,10 @@ from steward.adapters.dynamo import (
 from steward.adapters.plan_store import PlanStore, item_link_update, item_reopen_update
 from steward.adapters.user_store import spawn_charge_update, wake_update
 from steward.domain import lifecycle
+from steward.domain.document_limits import MAX_ATTEMPTS
 from steward.domain.errors import Conflict, LifecycleError, NotFound
 from steward.domain.follow_ups import REPLY_KINDS, Settlement, reply_added
-from steward.domain.ids import live_shard
+from steward.domain.ids import live_shard, round_task_id
 from steward.domain.models import (
     TERMINAL_TASK_STATUSES,
     PlanKind,
@@ -321,6 +322,17 @@ class TaskStore:
                 return found, False  # a replay: the round was spawned
             raise
         return round_task, True
+
+    def round_attempts(self, parent_id: str, number: int) -> list[Task]:
+        """The attempts of follow-up round `number` of `parent_id`, oldest first (their ids
+        follow from the round and the attempt: one read each, and one more)."""
+        found: list[Task] = []
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            task = self.get(round_task_id(parent_id, number, attempt))
+            if task is None or task.parent != parent_id:
+                break
+            found.append(task)
+        return found
 
     def settle_round(self, parent: Task, number: int, settled: Settlement, *, now: datetime) -> Task:
         """`parent` takes account of round `number`'s ending (`steward.domain.follow_ups.

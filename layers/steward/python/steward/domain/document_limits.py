@@ -11,3 +11,4 @@ from __future__ import annotations
 
 MAX_DOCUMENT_BYTES = 256 * 1024  # UTF-8 bytes
 DEFAULT_FOLLOW_UPS = 2  # follow-up rounds per item when the front matter names none
+MAX_ATTEMPTS = 10  # attempts an item (or a follow-up round) may take at most: `max_attempts`

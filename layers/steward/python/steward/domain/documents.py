@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from steward.domain.budget import MIN_CALL_INPUT_BYTES, MIN_OUTPUT_TOKENS, min_call_cost
-from steward.domain.document_limits import DEFAULT_FOLLOW_UPS, MAX_DOCUMENT_BYTES
+from steward.domain.document_limits import DEFAULT_FOLLOW_UPS, MAX_ATTEMPTS, MAX_DOCUMENT_BYTES
 from steward.domain.errors import InvalidDocument, TooLarge
 from steward.domain.prices import PriceTable
 
@@ -273,8 +273,10 @@ class FrontMatter(BaseModel):
     @field_validator("max_attempts", mode="before")
     @classmethod
     def _max_attempts(cls, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
-            raise ValueError(f"max_attempts must be a whole number from 1 to 10, got {_shown(value)}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+            raise ValueError(
+                f"max_attempts must be a whole number from 1 to {MAX_ATTEMPTS}, got {_shown(value)}"
+            )
         return value
 
     @field_validator("follow_ups", mode="before")

@@ -46,7 +46,9 @@ MAX_OUTPUT_CHARS = 16000  # what a round reads of a check's output
 MAX_INLINE_COMMENTS = 50
 MAX_FOLLOW_UP_KEYS = 100  # asks one task holds at most (a key per head commit and kind)
 MAX_PENDING_ASKS = 10  # asks waiting for a round on one task at most
-MAX_ASK_SOURCES = 200  # GitHub objects (reviews, comments, checks) one task records at most
+# Refusals one task records at most (a stranger's comments): kept apart from the asks' own
+# bound, so that nobody outside the repository can use up what a collaborator may ask.
+MAX_REFUSALS = 50
 
 
 def follow_ups_of(front_matter: Mapping[str, Any]) -> int:
@@ -760,12 +762,14 @@ class Settlement:
     reply: str | None = None
 
 
-def settlement(round_task: Task | None, *, max_attempts: int) -> Settlement:
+def settlement(round_task: Task | None, *, retries: bool = True) -> Settlement:
     """The ending of a round's last attempt, as its task takes it. A retryable failure (the
     runtime died, the relay refused; not the model's or the checks') is tried again, as a
-    task's item is, while attempts are left and its budget is not spent: one budget for all
-    of a round's attempts, so the approval's bound holds. A failure otherwise is said once on
-    the pull request; a cancelled round (its task left review, or a person) says nothing."""
+    task's item is, while attempts are left (the round's `max_attempts`, its plan's when it
+    spawned) and its budget is not spent: one budget for all of a round's attempts, so the
+    approval's bound holds; never when `retries` is off (its plan is archived). A failure
+    otherwise is said once on the pull request; a cancelled round (its task left review, or
+    a person) says nothing."""
     if round_task is None:
         return Settlement()
     if round_task.status is TaskStatus.ANSWERED:
@@ -776,8 +780,9 @@ def settlement(round_task: Task | None, *, max_attempts: int) -> Settlement:
     spent = Decimal(str(ask.get("spent_usd", "0"))) + round_task.cost_usd
     budget = round_task.budget_usd + Decimal(str(ask.get("spent_usd", "0")))
     if (
-        round_task.classification == Classification.RETRYABLE
-        and round_task.attempt < max_attempts
+        retries
+        and round_task.classification == Classification.RETRYABLE
+        and round_task.attempt < round_task.max_attempts
         and spent < budget
     ):
         return Settlement(retry=ask | {"attempt": round_task.attempt + 1, "spent_usd": str(spent)})

@@ -295,7 +295,9 @@ class Run:
         rebase: the branch's history only grows) and leaves the conflicts in the files, both
         sides between markers, for the model; publication commits the merge with both parents."""
         trigger = dict(self.task.trigger or {})
-        base = str(trigger.get("base_ref") or self.task.base or "")
+        # The base the plan approved (its default branch when it names none), never the one a
+        # delivery names: only the approved base is ever merged into Steward's branch.
+        base = self.task.base or ""
         if not base:  # the repository's default branch, as the clone names it
             base = run_git(["rev-parse", "--abbrev-ref", "origin/HEAD"], cwd=clone).stdout.strip()
             base = base.removeprefix("origin/")

@@ -7,8 +7,10 @@ its `pending_asks`, waking the loop, in one transaction (with the delivery's mar
 webhook found it); a review or a mention by someone who may not ask (not a collaborator,
 or a bot) is recorded as a `follow_up_refused` event instead and decides a one-time reply.
 Each GitHub object (a review, a comment, a check run, a status) is recorded at most once,
-by whichever path sees it first (`ask_sources`, at most MAX_ASK_SOURCES), so a delivery
-and a resync of the same review record one event. Each write is conditional on the task as
+by whichever path sees it first (`ask_sources`), so a delivery and a resync of the same
+review record one event. Asks are bounded by their keys (MAX_FOLLOW_UP_KEYS) and refusals
+apart (MAX_REFUSALS: each recorded ask adds one source and one key, so the sources beyond
+the keys are the refusals): a stranger's comments never use up what a collaborator may ask. Each write is conditional on the task as
 it reads it: nothing is recorded on a task that left review meanwhile. The texts kept are
 redacted.
 
@@ -30,10 +32,10 @@ from steward.adapters.github import ConditionalRead, GitHubError
 from steward.adapters.task_store import TaskStore
 from steward.domain.follow_ups import (
     COLLABORATORS_ONLY,
-    MAX_ASK_SOURCES,
     MAX_FOLLOW_UP_KEYS,
     MAX_INLINE_COMMENTS,
     MAX_PENDING_ASKS,
+    MAX_REFUSALS,
     Trigger,
     TriggerKind,
     ask_problem,
@@ -107,6 +109,8 @@ class Asks:
         refused = author_problem(trigger)
         if refused is not None and self._writes(task, trigger):
             refused = None  # no association GitHub shows, but write access (through a team)
+        if refused is None and key in task.follow_up_keys:  # before asking GitHub anything more
+            return WebhookOutcome("unchanged", "this follow-up was asked for already")
         if refused is None:
             trigger = self._read_more(task, trigger)
 
@@ -117,8 +121,8 @@ class Asks:
                 raise _NotAsked(f"the task is {current.status.value}, not in review")
             if trigger.source in current.ask_sources:
                 raise _NotAsked("this follow-up was recorded already")
-            if len(current.ask_sources) >= MAX_ASK_SOURCES:
-                raise _NotAsked(f"the task holds {MAX_ASK_SOURCES} follow-up records already")
+            if refused is not None and len(current.ask_sources) - len(current.follow_up_keys) >= MAX_REFUSALS:
+                raise _NotAsked(f"the task holds {MAX_REFUSALS} refused follow-ups already")
             if refused is None and key in current.follow_up_keys:
                 raise _NotAsked("this follow-up was asked for already")
             if refused is None and len(current.follow_up_keys) >= MAX_FOLLOW_UP_KEYS:

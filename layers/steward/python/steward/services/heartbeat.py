@@ -34,7 +34,6 @@ from steward.adapters.user_store import UserStore
 from steward.domain import gates
 from steward.domain.errors import Conflict, LifecycleError
 from steward.domain.follow_ups import settlement
-from steward.domain.ids import round_task_id
 from steward.domain.launch import Launcher
 from steward.domain.loop import LoopState
 from steward.domain.models import Plan, PlanStatus, Task, TaskStatus, utcnow
@@ -237,15 +236,11 @@ class _Apply:
         """Read round `action.round`'s last attempt and have its task take account of it."""
         parent = self.live[action.task_id]
         plan = next((p for p in self.plans.values() if p.id == parent.plan_id), None)
-        approved = plan is not None and plan.status is not PlanStatus.ARCHIVED  # no retry otherwise
-        max_attempts = int(plan.front_matter.get("max_attempts", 3)) if plan is not None else 1
-        last = None
-        for attempt in range(1, max_attempts + 1):
-            found = self.beat.tasks.get(round_task_id(parent.id, action.round, attempt))
-            if found is None:
-                break
-            last = found
-        settled = settlement(last, max_attempts=max_attempts if approved else 1)
+        attempts = self.beat.tasks.round_attempts(parent.id, action.round)
+        settled = settlement(
+            attempts[-1] if attempts else None,
+            retries=plan is not None and plan.status is not PlanStatus.ARCHIVED,
+        )
         self.beat.tasks.settle_round(parent, action.round, settled, now=self.now)
 
     def _on_github(self, action: Reply | ClosePull) -> None:

@@ -167,6 +167,7 @@ class _Run:
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     nested: tuple[str, ...] = ()
     merge_parent: str | None = None  # a conflict round's merged base commit (its second parent)
+    merging: bool = False  # that merge is in the clone, not committed yet
     _token: str | None = None
 
     def token(self) -> str:
@@ -359,12 +360,7 @@ class Publisher:
                 f"{exc.message}; nothing is published from it", stage="stage", reason="git_dir"
             ) from None
         run.nested = tree.nested
-        if self._commit_of(run, "MERGE_HEAD") != run.merge_parent:  # only a conflict round's own merge
-            raise PublishError(
-                "the clone's merge state is not the one Steward made; nothing is published",
-                stage="stage",
-                reason="merge_state",
-            )
+        run.merging = self._merge_pending(run)
         self._git(run, "add", "-A", *tree.pathspec())
         return "ok", ({"not_staged": list(tree.nested)} if tree.nested else {})
 
@@ -459,6 +455,26 @@ class Publisher:
             commit = self._commit_of(run, f"{commit}^1")
         raise GitError(f"HEAD sits on more than {MAX_OWN_COMMITS} commits of this task")
 
+    def _merge_pending(self, run: _Run) -> bool:
+        """Whether the clone holds the conflict round's merge uncommitted. Only the merge the
+        runner made: any other merge state refuses publication, and so does a round whose
+        merge is neither pending nor this task's commit already (a replay finds it there)."""
+        pending = self._commit_of(run, "MERGE_HEAD")
+        if pending is not None and pending == run.merge_parent:
+            return True
+        committed = (
+            run.merge_parent is not None
+            and self._commit_of(run, "HEAD^2") == run.merge_parent
+            and self._head_is_ours(run)
+        )
+        if pending is None and (run.merge_parent is None or committed):
+            return False
+        raise PublishError(
+            "the clone's merge state is not the one Steward made; nothing is published",
+            stage="stage",
+            reason="merge_state",
+        )
+
     def _blobs_at(self, run: _Run, commit: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
         """path -> (mode, object) of `paths` in `commit`."""
         if not paths:
@@ -477,9 +493,8 @@ class Publisher:
         return found.stdout.strip() if found.returncode == 0 else None
 
     def _commit(self, run: _Run) -> tuple[str, dict[str, Any]]:
-        merging = run.merge_parent
         staged = self._local(run, "diff", "--cached", "--quiet", *DIFF_FLAGS, check=False).returncode
-        if staged == 0 and merging is None:
+        if staged == 0 and not run.merging:
             if self._head_is_ours(run):
                 return "skipped", {"reason": "already committed", "sha": self._head(run)}
             raise PublishError(
@@ -500,7 +515,7 @@ class Publisher:
             env=self._identity(),
         )
         detail = {"sha": self._head(run), "author": f"{self.bot_name} <{self.bot_email}>"}
-        return "ok", detail | ({"merged": merging} if merging else {})
+        return "ok", detail | ({"merged": run.merge_parent} if run.merging else {})
 
     def _resolve(self, run: _Run) -> tuple[str, dict[str, Any]]:
         return "ok", {"sha": self._head(run)}

@@ -49,7 +49,6 @@ T = TypeVar("T")
 BACKOFF_AFTER_FAILURE = timedelta(seconds=60)
 # At most, new asks aside: the listing, mergeability, 3 conversation reads, checks, statuses.
 CALLS_PER_REVIEW = 7
-UNSURE = "mergeable_unknown"  # a reading's mark: GitHub had not computed mergeability yet
 
 
 class PullObserver(AskReader, Protocol):
@@ -161,8 +160,8 @@ class Resync:
                 heard = self._read_asks(sweep, task, observation, now=now)
                 if heard is None:  # out of calls, or GitHub failed: the task is due again
                     return
-                read = heard
-                if read.pop(UNSURE, False):  # keep the old ETag: next period reads the listing in full
+                read, unsure = heard
+                if unsure:  # mergeability not computed yet: keep the old ETag, read in full again
                     observation = replace(observation, etag=None)
             if observation.changed and observation.pull is not None:
                 self._assign(sweep, task, observation, now=now, read=read)
@@ -204,16 +203,17 @@ class Resync:
 
     def _read_asks(
         self, sweep: Sweep, task: Task, observation: PullObservation, *, now: datetime
-    ) -> dict[str, Any] | None:
+    ) -> tuple[dict[str, Any], bool] | None:
         """Record what the pull request of `task` (in review) asks that no delivery brought:
-        its head's failing checks, and (the pull request changed) reviews and comments newer
-        than the last read. What the task records of the reading (the ETags, the newest time
-        read), or None when this tick cannot finish it."""
+        its head's failing checks, and (the pull request changed) whether it still merges and
+        the reviews and comments newer than the last read. (What the task records of the
+        reading: the ETags, the newest time read; whether GitHub had yet to compute
+        mergeability), or None when this tick cannot finish it."""
         pull = observation.pull
         head = pull.head_sha if pull is not None and pull.head_sha else task.head_sha
         holders = sweep.holders.get(task.repo) or []
         if head is None or task.pr_number is None or not holders:
-            return {}
+            return {}, False
         at = PullAt(task.repo, holders[0], task.pr_number, task.branch, head)
         github = self.github()
         conversation: dict[str, list[dict[str, Any]]] = {}
@@ -271,9 +271,8 @@ class Resync:
         for trigger in triggers:
             if trigger.source not in task.ask_sources:
                 self.asks.record(task, trigger, now=now, origin={"found_by": "resync"})
-        sweep.calls += (
-            self.asks.calls - calls
-        )  # a new ask's own reads (its review's comments, the base's check)
+        # a new ask's own reads (its review's comments, its author's access, the base's check)
+        sweep.calls += self.asks.calls - calls
         said = [_said_at(i) for items in conversation.values() for i in items]
         read: dict[str, Any] = {
             "github_etags": {
@@ -282,9 +281,7 @@ class Resync:
         }
         if said:
             read["asks_read_at"] = max([*said, since or ""])
-        if unsure:
-            read[UNSURE] = True
-        return read
+        return read, unsure
 
     def _ask(self, sweep: Sweep, task: Task, call: Callable[[], T], *, now: datetime) -> T | None:
         """One counted GitHub call of this tick's sweep; None when none is left or it failed."""

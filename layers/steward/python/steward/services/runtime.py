@@ -253,29 +253,6 @@ class RuntimeService:
         self.tasks.project_item(done, now=now)
         return {"status": done.status.value, "changed": changed}
 
-    def _tell_parent(
-        self,
-        round_task: Task,
-        event: str,
-        data: dict[str, Any],
-        *,
-        sets: Callable[[Task], dict[str, Any]],
-        known: Callable[[Task], bool],
-        now: datetime,
-    ) -> None:
-        """Record what a round came to on the task it answers for, while that task is in review
-        and does not know it yet (a replayed ending writes nothing); it wakes the loop."""
-        parent = self.tasks.get(round_task.parent or "")
-        if parent is None:
-            return
-
-        def admit(current: Task) -> None:
-            if current.status is not TaskStatus.REVIEW or known(current):
-                raise LifecycleError("the task left review, or knows this already", field="status")
-
-        with contextlib.suppress(LifecycleError):
-            self.tasks.append_event(parent, event, data, now=now, admit=admit, sets=sets, wake=True)
-
     def _answered(
         self,
         task: Task,
@@ -291,16 +268,24 @@ class RuntimeService:
         is already what its parent knows as Steward's head."""
         if task.status is not TaskStatus.RUNNING:
             return {"status": task.status.value, "changed": False}
-        if pull.head_sha:
+        parent = self.tasks.get(task.parent or "")
+        if parent is not None and pull.head_sha:
             head = pull.head_sha
-            self._tell_parent(
-                task,
-                "follow_up_answered",
-                {"task_id": task.id, "round": task.round, "head_sha": head},
-                sets=lambda _current: {"head_sha": head},
-                known=lambda current: current.head_sha == head,
-                now=now,
-            )
+
+            def admit(current: Task) -> None:  # a replayed ending writes nothing
+                if current.status is not TaskStatus.REVIEW or current.head_sha == head:
+                    raise LifecycleError("the task left review, or knows this head already", field="status")
+
+            with contextlib.suppress(LifecycleError):
+                self.tasks.append_event(
+                    parent,
+                    "follow_up_answered",
+                    {"task_id": task.id, "round": task.round, "head_sha": head},
+                    now=now,
+                    admit=admit,
+                    sets={"head_sha": head},
+                    wake=True,
+                )
         try:
             done, changed = self.tasks.transition(
                 task,

@@ -11,10 +11,9 @@ from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, Artifac
 from steward.adapters.event_store import EventStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import LifecycleError, NotFound
-from steward.domain.ids import plan_id, round_task_id, validate_slug
+from steward.domain.ids import plan_id, validate_slug
 from steward.domain.models import PlanKind, Task, utcnow
 
-MAX_ROUND_ATTEMPTS = 10  # a plan's max_attempts at most
 # A follow-up round and its `check` events, in order.
 RoundRecord = tuple[Task, tuple[dict[str, Any], ...]]
 
@@ -72,11 +71,11 @@ class TaskService:
         task = self.tasks.require_owned(user, task_id)
         rounds: list[RoundRecord] = []
         for number in range(1, task.rounds_used + 1):
-            for attempt in range(1, MAX_ROUND_ATTEMPTS + 1):  # a round's retries, in order
-                found = self.tasks.get(round_task_id(task.id, number, attempt))
-                if found is None or found.user != user or found.parent != task.id:
-                    break
-                rounds.append((found, self.events.of_type(found.id, "check")))
+            rounds += [
+                (found, self.events.of_type(found.id, "check"))
+                for found in self.tasks.round_attempts(task.id, number)
+                if found.user == user
+            ]
         return task, tuple(rounds)
 
     def screen(self, user: str, task_id: str) -> dict[str, Any]:
