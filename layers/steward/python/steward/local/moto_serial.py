@@ -28,6 +28,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+# moto imports a service's URL table on its first request; threads making their first S3
+# requests together raced that import ("module moto.s3.urls not in sys.modules"): it is
+# imported here, before any request can.
+import moto.s3.urls  # noqa: F401
 from moto.dynamodb.responses import DynamoHandler
 from moto.s3.responses import S3Response
 
