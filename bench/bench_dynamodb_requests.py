@@ -17,6 +17,7 @@ import boto3
 from moto import mock_aws
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables, count_requests
+from steward.adapters.plan_store import PlanStore
 from steward.config import Settings
 from steward.domain.capability import Capability, capability_claims
 from steward.domain.models import utcnow
@@ -79,7 +80,9 @@ def measure_runtime(services: Services) -> dict[str, int]:
         sub=task.user, task_id=task.id, model_id=task.model, max_budget_usd=task.budget_usd, now=utcnow()
     )
     capability = Capability.model_validate(claims)
-    runtime = RuntimeService(services.tasks.tasks, services.tasks.artifacts)
+    # As wired (`steward.wiring.runtime_service`): the claim reads the plan for the related
+    # pull requests of the task's item.
+    runtime = RuntimeService(services.tasks.tasks, services.tasks.artifacts, plans=PlanStore(services.tables))
     me = RuntimeCall(runtime_id="r1")
     calls = {
         "runtime: claim": lambda: runtime.claim(capability, me),

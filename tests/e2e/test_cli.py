@@ -669,7 +669,12 @@ def test_a_merge_whose_webhook_is_withheld_reaches_merged_through_resync(
     _, state_file = local_up
     state = json.loads(state_file.read_text())
     alice = {"Authorization": f"Bearer {state['users']['alice']}"}
-    httpx.put(f"{state['api_url']}/v1/loop", json={"interval_seconds": 1}, headers=alice, timeout=30)
+    httpx.put(
+        f"{state['api_url']}/v1/loop",
+        json={"interval_seconds": 1, "max_open_prs": 100},
+        headers=alice,
+        timeout=30,
+    )
     task_id, number, _ = opened_pull_request(state_file, tmp_path)
 
     def task() -> dict[str, object]:
@@ -712,7 +717,12 @@ def test_task_cancel_in_review_withdraws_it_and_the_loop_closes_its_pull_request
     state = json.loads(state_file.read_text())
     repo = "steward-demo/calculator"
     alice = {"Authorization": f"Bearer {state['users']['alice']}"}
-    httpx.put(f"{state['api_url']}/v1/loop", json={"interval_seconds": 1}, headers=alice, timeout=30)
+    httpx.put(
+        f"{state['api_url']}/v1/loop",
+        json={"interval_seconds": 1, "max_open_prs": 100},
+        headers=alice,
+        timeout=30,
+    )
 
     def task(task_id: str) -> dict[str, Any]:
         found: dict[str, Any] = httpx.get(

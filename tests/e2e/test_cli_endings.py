@@ -63,7 +63,7 @@ def test_ctrl_c_while_runtimes_work_stops_quietly_and_leaves_no_temporary_direct
             lambda: state_file.exists() and json.loads(state_file.read_text()), "the stack's start"
         )
         if command == ("local", "up"):
-            api(state, "PUT", "/v1/loop", {"interval_seconds": 1})
+            api(state, "PUT", "/v1/loop", {"interval_seconds": 1, "max_open_prs": 100})
             plan = api(state, "PUT", f"/v1/plans/{DEMO_SLUG}", {"markdown": sample_document()})
             api(state, "POST", f"/v1/plans/{DEMO_SLUG}/confirm", {"content_hash": plan["content_hash"]})
 
@@ -104,9 +104,11 @@ def test_a_failed_demo_says_which_items_failed_why_and_when(tmp_path: Path) -> N
     # When: the time the demo took, not the time it would have waited (it did not give up).
     assert summary[0].startswith("demo: FAILED after ")
     assert "gave up" not in summary[0]
-    assert "3 of 3 items not merged, the plan is completed" in summary[0]
+    # The third item waits for the first two, which failed: the plan is blocked, not completed.
+    assert "3 of 3 items not merged, the plan is in_progress and blocked" in summary[0]
     # What: each item, its status, its task's status and the reason.
-    for ordinal, line in zip((1, 2, 3), summary[1:], strict=True):
+    for ordinal, line in zip((1, 2), summary[1:], strict=True):
         assert line.startswith(f"  #{ordinal} failed: task t"), line
         assert " failed (final): " in line, line  # and the reason after it
         assert line.split(" failed (final): ", 1)[1].strip(), line
+    assert summary[3] == "  #3 pending: blocked: #1 failed, #2 failed; retry them or edit the plan"

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from steward.adapters.dynamo import Tables
 from steward.adapters.plan_store import PlanStore
-from steward.local.sample_repo import SAMPLE_REPO
+from steward.local.sample_repo import SAMPLE_REPO, SECOND_REPO
 
 from tests.support.documents import document
 from tests.support.local_cli import STEWARD, clean_env, local_up
@@ -247,7 +247,7 @@ def test_confirm_from_the_review_page_then_watch_the_task_reach_review_and_merge
     browser: Browser, stack: Stack
 ) -> None:
     with api(stack) as client:
-        assert client.put("/v1/loop", json={"interval_seconds": 1}).status_code == 200
+        assert client.put("/v1/loop", json={"interval_seconds": 1, "max_open_prs": 100}).status_code == 200
     plan = publish(stack, "console-demo", DEMO_ITEM)
     page = signed_in(browser, stack, "alice")
     page.goto(f"{stack.state['console_url']}#/plans/console-demo")
@@ -375,6 +375,18 @@ def test_confirm_on_a_stale_page_is_refused_and_approves_nothing(browser: Browse
     page.close()
 
 
+def test_the_review_page_shows_what_each_item_waits_for_and_its_own_repository(
+    browser: Browser, stack: Stack
+) -> None:
+    publish(stack, "console-order", "[ ] First", f"[ ] Second (after #1)\nrepo: {SECOND_REPO}")
+    page = signed_in(browser, stack, "alice")
+    page.goto(f"{stack.state['console_url']}#/plans/console-order")
+    expect(page.locator("table.items .item-title")).to_have_text(["First", "Second"])
+    expect(page.locator("table.items .item-after")).to_have_text(["after #1"])
+    expect(page.locator("table.items .item-repo")).to_have_text([f"in {SECOND_REPO}"])
+    page.close()
+
+
 def test_archive_asks_once_more_in_the_page_then_the_plan_is_archived(browser: Browser, stack: Stack) -> None:
     publish(stack, "console-archive", "[ ] An item nobody wants any more")
     page = signed_in(browser, stack, "alice")  # a dialog fails the test: the page asks in place
@@ -408,7 +420,7 @@ def test_a_cancelled_run_shows_its_output_and_artifacts_and_a_retry_links_the_ne
 ) -> None:
     plan = publish(stack, "console-cancel", "[ ] An item whose setup takes its time", setup=SLOW_SETUP)
     with api(stack) as client:  # the loop looks every second: the retry's attempt comes at once
-        assert client.put("/v1/loop", json={"interval_seconds": 1}).is_success
+        assert client.put("/v1/loop", json={"interval_seconds": 1, "max_open_prs": 100}).is_success
         assert client.post(
             "/v1/plans/console-cancel/confirm", json={"content_hash": plan["content_hash"]}
         ).is_success
@@ -554,8 +566,9 @@ def test_loop_settings_pause_and_resume_at_phone_width(browser: Browser, stack: 
     page.locator("#max_parallel").fill("2")
     page.locator("#max_parallel").press("Enter")
     expect(page.locator("#notice")).to_contain_text("saved")
-    page.locator("#pause").focus()
-    page.keyboard.press("Enter")  # the keyboard alone resumes it
+    # The keyboard alone resumes it: focus and Enter on the button as it is then (a focus
+    # held by a button a re-render replaced would take the key nowhere).
+    page.locator("#pause").press("Enter")
     # A write and a re-render under a loaded machine's parallel workers: wait longer than 5 s.
     expect(page.locator("#notice")).to_contain_text("Resumed", timeout=20_000)
     width = page.evaluate("document.documentElement.scrollWidth")

@@ -16,6 +16,7 @@ from steward.adapters.liveness import LivenessIndex
 from steward.domain.errors import LifecycleError
 from steward.domain.models import ItemStatus, PlanStatus, Task, TaskStatus
 from steward.domain.tasks import SpawnCharge, SpawnRefused, round_for, task_for
+from steward.domain.waiting import for_item
 from steward.services.heartbeat import LEASE_TTL, Outcome
 from steward.tables import TASKS
 from steward.wiring import Services
@@ -746,3 +747,27 @@ def test_an_answered_round_is_settled_with_its_head_before_the_next_ask_gets_its
     tick(loop)
     settled = loop.tasks.require(parent.id)
     assert (settled.rounds_settled, settled.head_sha, settled.pending_replies) == (1, "e" * 40, ())
+
+
+def test_max_open_prs_holds_a_new_task_until_a_pull_request_merges_and_says_why(loop: Loop) -> None:
+    loop.settings("alice", max_open_prs=1)
+    confirmed(loop, "A", "B")
+    tick(loop)
+    (first,) = loop.tasks.live_for_user("alice")  # B waits: A will open a pull request
+    now = loop.clock()
+    first = loop.tasks.claim(first, runtime_id="r-1", now=now, deadline=now + timedelta(hours=1))
+    first, _ = loop.tasks.transition(
+        first, TaskStatus.REVIEW, now=now, event="finished", extra={"pr_number": 7}
+    )
+    loop.tasks.project_item(first, now=now)
+    tick(loop)
+    assert [t.id for t in loop.tasks.live_for_user("alice")] == [first.id]
+    state = loop.heartbeat.users.loop_state("alice")
+    plan = loop.services.plans.get("alice", "demo")
+    waits = for_item(plan, plan.items[1], state, loop.tasks.live_for_user("alice"), loop.clock())
+    assert waits is not None
+    assert (waits.reason, "#7" in waits.detail) == ("review_capacity", True)
+    merged, _ = loop.tasks.transition(first, TaskStatus.MERGED, now=loop.clock(), event="github_event")
+    loop.tasks.project_item(merged, now=loop.clock())
+    tick(loop)  # the merge freed the capacity
+    assert [t.item_key for t in loop.tasks.live_for_user("alice")] == [plan.items[1].key]

@@ -221,8 +221,9 @@ class Alice:
 def alice(stack: LocalStack) -> Alice:
     client = Alice(stack)
     # A tick a second, as the demo does; the module starts more tasks (rounds among them) than
-    # the default daily cap of 20 allows.
-    client("PUT", "/v1/loop", {"interval_seconds": 1, "daily_spawn_cap": 1000})
+    # the default daily cap of 20 allows, and leaves more pull requests open than the default
+    # max_open_prs of 5 (a test of that limit lowers it itself).
+    client("PUT", "/v1/loop", {"interval_seconds": 1, "daily_spawn_cap": 1000, "max_open_prs": 100})
     return client
 
 

@@ -300,12 +300,14 @@ def test_a_run_claims_beats_records_uploads_and_finishes_with_few_requests(kit: 
         return response, dict(counts)
 
     claimed, counts = counted("/v1/runtime/claim", {"runtime_id": "r1"})
-    assert counts == {"GetItem": 1, "TransactWriteItems": 1}
+    # the task, its claim, and its plan (the related pull requests of its item: none here)
+    assert counts == {"GetItem": 2, "TransactWriteItems": 1}
+    assert claimed.json()["related"] == []
     answered = Task.model_validate(claimed.json()["task"])
     assert (answered.id, answered.status, answered.runtime_id) == (task.id, TaskStatus.RUNNING, "r1")
     assert answered.checks == task.checks
     again, counts = counted("/v1/runtime/claim", {"runtime_id": "r1"})  # a replay of the same runtime
-    assert counts == {"GetItem": 1}
+    assert counts == {"GetItem": 2}
     assert again.json()["task"]["runtime_id"] == "r1"
     assert kit.post("/v1/runtime/claim", capability, {"runtime_id": "r2"}).status_code == 409
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
-from steward.local.sample_repo import SAMPLE_REPO
+from steward.local.sample_repo import SAMPLE_REPO, SECOND_REPO
 from steward.local.stack import LocalStack
 from steward.runner.run import SETUP_TAIL_CHARS
 
@@ -71,6 +71,23 @@ REFUSED: list[tuple[str, str, str, str, int, str]] = [
         "no GitHub App installation",
     ),
     ("suspended", "alice", front(repo=SUSPENDED_REPO), "front_matter.repo", 2, "is suspended"),
+    # an item's own repository (`repo:` in its details), checked as the front matter's is
+    (
+        "item repo not installed",
+        "alice",
+        front().replace("- [ ] Do it\n", "- [ ] Do it\n- [ ] Then this (after #1)\n  repo: octo/elsewhere\n"),
+        "items[2].repo",
+        8,
+        "items: checkbox 2: repo octo/elsewhere: no GitHub App installation",
+    ),
+    (
+        "item repo suspended",
+        "alice",
+        front().replace("- [ ] Do it\n", f"- [ ] Do it\n  repo: {SUSPENDED_REPO}\n"),
+        "items[1].repo",
+        7,
+        "is suspended",
+    ),
     ("another user's", "bob", front(), "front_matter.repo", 2, "linked to you"),
     # the model: priced
     ("unpriced model", "alice", front("model: gpt-9"), "front_matter.model", 4, "not in the price table"),
@@ -172,6 +189,16 @@ def test_what_only_looks_like_a_refusal_is_published(stack: LocalStack) -> None:
     response = client(stack, "alice").put("/v1/plans/accepted", json={"markdown": markdown})
     assert response.status_code == 200, response.text
     assert response.json()["repo"] == SAMPLE_REPO.upper()
+    # an item in the installation's other repository
+    two = front().replace(
+        "- [ ] Do it\n", f"- [ ] Do it\n- [ ] Then this (after #1)\n  repo: {SECOND_REPO}\n"
+    )
+    response = client(stack, "alice").put("/v1/plans/two-repos", json={"markdown": two})
+    assert response.status_code == 200, response.text
+    assert [(i["repo"], i["after"]) for i in response.json()["items"]] == [
+        (SAMPLE_REPO, []),
+        (SECOND_REPO, [1]),
+    ]
 
 
 def eventually(check: Callable[[], bool], timeout: float = 60.0) -> None:

@@ -137,6 +137,24 @@ def test_plan_show_and_task_show_say_the_follow_up_rounds_used_of_allowed() -> N
     assert f"round:          follow-up round 1 of task {task['id']}" in render_task(one).splitlines()
 
 
+def test_plan_show_says_what_an_item_waits_for_where_it_works_and_that_the_plan_is_blocked() -> None:
+    closed = item(1, "One", status="closed", task_id="t" + "1" * 24, repo="octo/demo")
+    after = {
+        "reason": "blocked",
+        "until": None,
+        "detail": "#1 closed without merge; retry it or edit the plan",
+    }
+    blocked = item(2, "Two", repo="octo/web", after=[1], waiting=after)
+    shown = render_plan(plan(closed, blocked, status="in_progress", blocked=True))
+    assert "  blocked: every item still to do waits on one that ended without a merge" in shown.splitlines()
+    row = next(line for line in shown.splitlines() if "octo/web: Two" in line)
+    assert "blocked: #1 closed without merge; retry it or edit the plan" in row
+    assert "octo/demo: One" not in shown  # the plan's own repository goes without saying
+    waits = {"reason": "after", "until": None, "detail": "#1 (review)"}
+    assert waiting_text(waits) == "after: #1 (review)"
+    assert "blocked:" not in render_plan(plan(closed, item(2, "Two"), blocked=False)).split("\n\n")[0]
+
+
 def test_plan_list_without_plans_says_how_to_publish_one() -> None:
     assert render_plans([]) == (
         "no plans yet: publish one with `steward plan publish FILE` (examples/demo-plan.md is one)"

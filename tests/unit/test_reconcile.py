@@ -445,3 +445,35 @@ def test_a_retry_of_a_withdrawn_task_waits_until_its_pull_request_is_closed() ->
     assert [(s.attempt, s.previous_task_id) for s in spawns(reconcile([plan], [], NOW, OPEN).actions)] == [
         (2, task.id)
     ]
+
+
+# (tasks of items 1 and 2: status or None, max_open_prs) -> new tasks that start now
+REVIEW_CAPACITY: list[tuple[tuple[TaskStatus | None, TaskStatus | None], int, int]] = [
+    ((TaskStatus.REVIEW, None), 1, 0),  # one awaits review: the limit is reached
+    ((TaskStatus.RUNNING, None), 1, 0),  # one is being written: it will open a pull request
+    ((TaskStatus.REVIEW, None), 2, 1),
+    ((TaskStatus.REVIEW, TaskStatus.QUEUED), 2, 0),
+    ((TaskStatus.MERGED, None), 1, 1),  # merged: no longer open
+    ((None, None), 1, 1),
+    ((None, None), 2, 2),
+]
+
+
+@pytest.mark.parametrize(("statuses", "limit", "started"), REVIEW_CAPACITY)
+def test_new_tasks_wait_while_max_open_prs_pull_requests_await_review(
+    statuses: tuple[TaskStatus | None, TaskStatus | None], limit: int, started: int
+) -> None:
+    plan = make_plan("A", "B", "C")
+    live = []
+    for ordinal, status in enumerate(statuses, start=1):
+        if status is not None:
+            plan, task = running(plan, ordinal)
+            shown = ItemStatus.MERGED if status is TaskStatus.MERGED else ItemStatus.RUNNING
+            plan = with_item(plan, ordinal, status=shown)
+            if status is not TaskStatus.MERGED:
+                live.append(task.model_copy(update={"status": status}))
+    decision = reconcile([plan], live, NOW, Policy(max_parallel=10, spawns_left=10, max_open_prs=limit))
+    assert len(spawns(decision.actions)) == started
+    pending = 3 - sum(s is not None for s in statuses)
+    assert len(decision.waiting) == pending - started
+    assert not decision.blocked_by_cap  # the capacity frees when a pull request merges (an event)

@@ -181,3 +181,14 @@ def test_a_withdrawn_task_waits_for_the_loop_to_close_its_pull_request() -> None
     assert paused.reason == "paused"
     closed = closing.model_copy(update={"pr_close_pending": False})
     assert for_task(closed, state(), [], NOW) is None
+
+
+def test_review_capacity_names_the_pull_requests_awaiting_review() -> None:
+    plan = make_plan("A", "B")
+    plan, first = running(plan, 1)
+    waiting_review = first.model_copy(update={"status": TaskStatus.REVIEW, "pr_number": 7})
+    waits = for_item(plan, item(plan, 2), state(max_open_prs=1), [waiting_review], NOW)
+    assert waits is not None
+    assert (waits.reason, waits.until) == ("review_capacity", None)
+    assert "#7" in waits.detail
+    assert for_item(plan, item(plan, 2), state(max_open_prs=2), [waiting_review], NOW).reason == "next_tick"  # type: ignore[union-attr]

@@ -400,8 +400,12 @@ def cmd_plan_watch(args: argparse.Namespace) -> int:
     def render(plan: Any) -> str:
         return render_plan(plan) + "\n\n" + render_tasks(plan["tasks"])
 
+    # A blocked plan waits for a person (a retry, an edit): watching it longer shows nothing new.
     return _watch(
-        args, read, render, lambda plan: plan["status"] in {s.value for s in TERMINAL_PLAN_STATUSES}
+        args,
+        read,
+        render,
+        lambda plan: plan["status"] in {s.value for s in TERMINAL_PLAN_STATUSES} or bool(plan.get("blocked")),
     )
 
 
@@ -444,6 +448,7 @@ def cmd_loop_set(args: argparse.Namespace) -> int:
             "timezone": args.timezone,
             "daily_spawn_cap": args.daily_cap,
             "max_parallel": args.max_parallel,
+            "max_open_prs": args.max_open_prs,
         }.items()
         if v is not None
     }
@@ -902,6 +907,7 @@ def _add_loop_commands(sub: Any) -> None:
     p.add_argument("--timezone", help="IANA time zone, e.g. Europe/Berlin")
     p.add_argument("--daily-cap", type=int, help="task spawns per local day")
     p.add_argument("--max-parallel", type=int, help="tasks running at once")
+    p.add_argument("--max-open-prs", type=int, help="pull requests awaiting review at most (new tasks wait)")
     p.set_defaults(func=cmd_loop_set)
 
 

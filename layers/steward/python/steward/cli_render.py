@@ -45,7 +45,7 @@ def render_plan(plan: dict[str, Any], *, full: bool = False) -> str:
         (
             i["ordinal"] if i["ordinal"] is not None else "-",
             i["status"],
-            visible(_short(i["title"])),
+            visible(_short(_where(i, plan) + i["title"])),
             i["task_id"] or "-",
             waiting_text(i.get("waiting")),
         )
@@ -54,6 +54,8 @@ def render_plan(plan: dict[str, Any], *, full: bool = False) -> str:
     outcomes = plan.get("outcomes")
     if outcomes is not None:
         head += f"\n  outcome: {_outcomes(outcomes)}\n  cost:    {plan.get('cost_usd', '0')} USD"
+    if plan.get("blocked"):
+        head += "\n  blocked: every item still to do waits on one that ended without a merge"
     shown = (
         table(rows, ("#", "status", "item", "task", "waiting"))
         + _earlier_reviews(plan["items"])
@@ -62,6 +64,12 @@ def render_plan(plan: dict[str, Any], *, full: bool = False) -> str:
     if not full:
         return head + "\n\n" + shown
     return head + "\n\n" + _approves(plan) + "\n\n" + shown + "\n\n" + _item_details(plan["items"])
+
+
+def _where(item: dict[str, Any], plan: dict[str, Any]) -> str:
+    """`owner/name: ` before the title of an item in a repository other than the plan's."""
+    repo = item.get("repo")
+    return f"{repo}: " if repo and repo != plan["repo"] else ""
 
 
 def _rounds(items: list[dict[str, Any]]) -> str:

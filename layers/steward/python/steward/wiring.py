@@ -238,6 +238,7 @@ def minter() -> Minter:
 def runtime_service() -> RuntimeService:
     from steward.adapters.artifact_store import ArtifactStore  # noqa: PLC0415
     from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.plan_store import PlanStore  # noqa: PLC0415
     from steward.adapters.task_store import TaskStore  # noqa: PLC0415
     from steward.services.runtime import RuntimeService  # noqa: PLC0415
 
@@ -248,6 +249,7 @@ def runtime_service() -> RuntimeService:
         # a review ending's pull request is checked on GitHub (unset App: none is accepted)
         github=loop_github if s.github_app_id is not None else None,
         installations=InstallationStore(t),
+        plans=PlanStore(t),  # the plan's related pull requests, for the body of the one a run opens
     )
 
 
@@ -413,13 +415,14 @@ def resync() -> Resync | None:
 def replies() -> Replies | None:
     """The loop's one-time replies on pull requests, or None where no GitHub App is configured."""
     from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.plan_store import PlanStore  # noqa: PLC0415
     from steward.adapters.task_store import TaskStore  # noqa: PLC0415
     from steward.services.replies import Replies  # noqa: PLC0415
 
     t = tables()
     if settings().github_app_id is None:
         return None
-    return Replies(TaskStore(t), InstallationStore(t), github=loop_github)
+    return Replies(TaskStore(t), InstallationStore(t), github=loop_github, plans=PlanStore(t))
 
 
 @cache

@@ -425,6 +425,26 @@ class RepositoryClient:
 
         return self._call(f"close pull request #{number} of {repo}", call)
 
+    def pull_body(self, installation_id: int, repo: str, number: int) -> str:
+        """The body of pull request `number` ("" when it has none)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> str:
+            return self._gh.rest.pulls.get(owner, name, number, headers=headers).parsed_data.body or ""
+
+        return self._call(f"read pull request #{number} of {repo}", call)
+
+    def edit_pull_body(self, installation_id: int, repo: str, number: int, body: str) -> None:
+        """Replace the body of pull request `number` (the same body again changes nothing)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> None:
+            self._gh.rest.pulls.update(owner, name, number, body=body, headers=headers)
+
+        self._call(f"edit pull request #{number} of {repo}", call)
+
     def find_comment(self, installation_id: int, repo: str, number: int, marker: str) -> int | None:
         """The id of the first comment on issue or pull request `number` whose body holds
         `marker`, or None (every page is read, at most `_COMMENT_PAGES` of 100)."""

@@ -77,7 +77,13 @@ def _refuse_if_too_large(plan: Plan) -> None:
 
 # ---- the plan parts of the task store's transactions
 def item_link_update(
-    tables: Tables, task: Task, *, previous_task_id: str | None, now: datetime
+    tables: Tables,
+    task: Task,
+    *,
+    previous_task_id: str | None,
+    now: datetime,
+    after: tuple[str, ...] = (),
+    content_hash: str | None = None,
 ) -> dict[str, Any]:
     """The plan part of spawning `task`: link it to its item and mark the item running and
     the plan in progress, on the condition that the plan still approves its current content
@@ -85,7 +91,11 @@ def item_link_update(
     `previous_task_id` (None: no task yet) and is pending (retried by a person) or failed
     (a retryable failure): never in review, where a webhook may have revived that task
     since the loop read it (`lifecycle.ITEM_CHANGES["spawn"]`). The item's `supersedes`
-    goes: the loop fenced that task before this spawn (`steward.services.heartbeat`)."""
+    goes: the loop fenced that task before this spawn (`steward.services.heartbeat`).
+
+    Order (`steward.domain.order`): every item in `after` must still be merged or done, and
+    with `content_hash` the plan must still hold the content the loop decided from (a
+    republish confirmed meanwhile may have given the item other predecessors)."""
     names = {"#s": "status", "#v": "version", "#k": task.item_key, "#items": "items"}
     values: dict[str, Any] = {
         ":tid": task.id,
@@ -104,6 +114,14 @@ def item_link_update(
     else:
         link_condition = "#items.#k.task_id = :prev AND #items.#k.#s IN (:pending, :failed)"
         values |= {":prev": previous_task_id, ":failed": ItemStatus.FAILED.value}
+    if after:
+        values |= {":merged": ItemStatus.MERGED.value, ":done": ItemStatus.DONE.value}
+    for n, key in enumerate(after):
+        names[f"#a{n}"] = key
+        link_condition += f" AND #items.#a{n}.#s IN (:merged, :done)"
+    if content_hash is not None:
+        values[":seen"] = content_hash
+        link_condition += " AND content_hash = :seen"
     return {
         "TableName": tables.name(PLANS),
         "Key": {"user": task.user, "slug": task.plan_slug},

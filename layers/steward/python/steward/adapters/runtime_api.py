@@ -44,6 +44,14 @@ _MESSAGE_LIMIT = 300
 UPLOAD_TIMEOUT = 120.0
 
 
+@dataclass(frozen=True)
+class Claimed:
+    task: Task
+    # The plan's items its item waits for and that wait for it, with their pull requests
+    # (`steward.domain.order.related`): what the pull request's body links.
+    related: list[dict[str, Any]]
+
+
 class RuntimeApiError(Exception):
     """A control-plane call failed. `retryable`: an infrastructure fault (transport, 5xx,
     throttling that outlasted the wait), as opposed to a refusal. `detail`: the server's own
@@ -140,9 +148,10 @@ class RuntimeApi:
             str(body["clone_url"]),
         )
 
-    def claim(self, capability: str, runtime_id: str) -> Task:
-        """The capability's task, claimed for `runtime_id` (queued -> running). A 409 means
-        another runtime holds it, or it is no longer startable: nothing to do."""
+    def claim(self, capability: str, runtime_id: str) -> Claimed:
+        """The capability's task, claimed for `runtime_id` (queued -> running), and the plan's
+        pull requests around its item. A 409 means another runtime holds it, or it is no
+        longer startable: nothing to do."""
         body = self._call(
             "claim the task",
             "POST",
@@ -151,7 +160,8 @@ class RuntimeApi:
             json={"runtime_id": runtime_id},
             retries=True,
         )
-        return Task.model_validate(body["task"])
+        related = body.get("related")
+        return Claimed(Task.model_validate(body["task"]), related if isinstance(related, list) else [])
 
     def heartbeat(self, capability: str, runtime_id: str) -> Beat:
         body = self._call(

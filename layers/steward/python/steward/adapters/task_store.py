@@ -57,6 +57,7 @@ from steward.domain.models import (
     TaskStatus,
     iso,
 )
+from steward.domain.order import RELATED
 from steward.domain.tasks import SpawnCharge, SpawnRefused
 from steward.tables import EVENTS, TASKS
 
@@ -211,12 +212,15 @@ class TaskStore:
         previous_task_id: str | None,
         now: datetime,
         charge: SpawnCharge | None = None,
+        after: tuple[str, ...] = (),
+        content_hash: str | None = None,
     ) -> tuple[Task, bool]:
         """Create `task` and link it to its plan item in one atomic step.
 
         Returns (task, created). The plan must be confirmed or in progress with its current
         content approved, the item at this revision and not removed, and the item linked to
-        `previous_task_id` (None: no task yet and still pending). With a `charge`, the user's
+        `previous_task_id` (None: no task yet and still pending), the items in `after` merged
+        or done, and (given) the plan's content still `content_hash`. With a `charge`, the user's
         loop must be enabled, not paused, under the daily cap, and still leased to the caller.
         Violations raise SpawnRefused and write nothing."""
         actions: list[dict[str, Any]] = [
@@ -228,7 +232,16 @@ class TaskStore:
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
-            {"Update": item_link_update(self._tables, task, previous_task_id=previous_task_id, now=now)},
+            {
+                "Update": item_link_update(
+                    self._tables,
+                    task,
+                    previous_task_id=previous_task_id,
+                    now=now,
+                    after=after,
+                    content_hash=content_hash,
+                )
+            },
         ]
         if charge is not None:
             actions.append({"Update": spawn_charge_update(self._tables, task.user, charge, now=now)})
@@ -251,7 +264,9 @@ class TaskStore:
                     return found, False
             if reasons[1].get("Code") == "ConditionalCheckFailed":
                 raise SpawnRefused(
-                    "the plan no longer approves this item revision for a new task", reason="plan"
+                    "the plan no longer approves this item revision for a new task, or an item "
+                    "it waits for is no longer merged",
+                    reason="plan",
                 ) from exc
             if charge is not None and reasons[2].get("Code") == "ConditionalCheckFailed":
                 raise SpawnRefused(
@@ -407,7 +422,8 @@ class TaskStore:
         it was no longer pending."""
 
         def admit(current: Task) -> None:
-            if kind not in current.pending_replies:
+            # `related` is decided from state, never pending first: once replied it is done.
+            if kind not in current.pending_replies and (kind != RELATED or kind in current.replied):
                 raise _AlreadyClear
 
         try:

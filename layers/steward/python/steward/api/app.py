@@ -21,7 +21,7 @@ from steward.api.requests import (
     parse_query,
 )
 from steward.api.rounds import rounds_answer
-from steward.domain import waiting
+from steward.domain import order, waiting
 from steward.domain.errors import Unauthorized
 from steward.domain.loop import LoopSettingsUpdate
 from steward.domain.models import Plan, Task, utcnow
@@ -59,18 +59,29 @@ def _shown(
     seen = seen or _view(s, plan.user)
     body = plan.to_api(details=details)
     items = {item.key: item for item in plan.items}
-    suspended = seen.suspended(plan.repo)
     earlier = earlier_reviews(plan, seen.live)
     live = {t.id: t for t in seen.live}
     for entry in body["items"]:
         waits = waiting.for_item(
-            plan, items[entry["key"]], seen.state, seen.live, seen.now, installation_suspended=suspended
+            plan,
+            items[entry["key"]],
+            seen.state,
+            seen.live,
+            seen.now,
+            installation_suspended=seen.suspended(entry["repo"]),
         )
         entry["waiting"] = None if waits is None else waits.to_api()
         entry["earlier_reviews"] = earlier.get(entry["key"], [])
         entry["rounds"] = _rounds(live.get(entry.get("task_id") or ""), plan)
     cost = s.tasks.plan_cost(plan.user, plan.slug)
-    return {**body, "outcomes": plan_outcomes(plan), "cost_usd": str(cost), "max_spend": max_spend(plan)}
+    return {
+        **body,
+        "outcomes": plan_outcomes(plan),
+        "cost_usd": str(cost),
+        "max_spend": max_spend(plan),
+        # Every item still to do waits on one that ended without a merge: only a person moves it.
+        "blocked": order.blocked(plan),
+    }
 
 
 def _shown_task(s: Services, task: Task) -> dict[str, Any]:

@@ -390,19 +390,24 @@
     const changes = diff ? [
       ...frontMatter.map(([key, [old, now]]) =>
         el("li", { class: "change edited" }, `${key}: ${JSON.stringify(old)} → ${JSON.stringify(now)}`)),
-      ...(diff.items || []).map((c) => el("li", { class: `change ${c.change}` }, `${c.change}: ${c.ordinal === null ? "" : `#${c.ordinal} `}${c.title}`)),
+      ...(diff.items || []).map((c) => el("li", { class: `change ${c.change}` }, `${c.change}${(c.fields || []).length ? ` (${c.fields.join(", ")})` : ""}: ${c.ordinal === null ? "" : `#${c.ordinal} `}${c.title}`)),
     ] : [];
     if (changes.length) parts.push(el("h2", {}, "Changed since the last confirmation"), el("ul", { class: "changes" }, changes));
     // One waiting line for the plan when every waiting item waits for the same reason (a plan
     // under review: each item is "not confirmed yet"); a line per item only where they differ.
     const waits = plan.items.filter((i) => i.waiting).map((i) => JSON.stringify(i.waiting));
     const shared = waits.length > 0 && waits.every((w) => w === waits[0]) ? JSON.parse(waits[0]) : null;
-    parts.push(el("h2", {}, "Items"), shared ? waitingText(shared, { id: "plan-waiting" }) : null,
+    const blocked = plan.blocked ? el("div", { class: "waiting", id: "plan-blocked", role: "note" },
+      "Blocked: every item still to do waits on one that ended without a merge. Retry it or edit the plan.") : null;
+    parts.push(el("h2", {}, "Items"), blocked, shared ? waitingText(shared, { id: "plan-waiting" }) : null,
       el("div", { class: "scroll" }, el("table", { class: "items" },
       el("thead", {}, el("tr", {}, ["#", "Item", "Status", "Task"].map((h) => el("th", {}, h)))),
       el("tbody", {}, plan.items.map((item) => el("tr", {},
         el("td", {}, item.ordinal === null ? "—" : item.ordinal),
-        el("td", {}, el("div", { class: "item-title" }, item.title), detailsOf(item),
+        el("td", {}, el("div", { class: "item-title" }, item.title),
+          item.repo && item.repo !== plan.repo ? el("div", { class: "muted item-repo" }, `in ${item.repo}`) : null,
+          (item.after || []).length ? el("div", { class: "muted item-after" }, `after ${item.after.map((n) => `#${n}`).join(", ")}`) : null,
+          detailsOf(item),
           shared ? null : waitingText(item.waiting), earlierReviews(item)),
         el("td", {}, status(item.status)),
         el("td", {}, item.task_id ? el("a", { href: `#/tasks/${item.task_id}` }, item.task_id) : "—")))))));
@@ -756,6 +761,8 @@
       el("label", { for: "enabled" }, "Enabled"), input("enabled", { type: "checkbox", checked: settings.enabled }),
       el("label", { for: "max_parallel" }, "Max parallel tasks"),
       input("max_parallel", { type: "number", min: 1, max: 100, value: settings.max_parallel }),
+      el("label", { for: "max_open_prs" }, "Pull requests awaiting review at most"),
+      input("max_open_prs", { type: "number", min: 1, max: 100, value: settings.max_open_prs }),
       el("label", { for: "interval_seconds" }, "Looks every (seconds)"),
       input("interval_seconds", { type: "number", min: 1, max: 86400, value: settings.interval_seconds }),
       el("label", { for: "daily_spawn_cap" }, "Daily spawn cap"),
@@ -780,6 +787,7 @@
         await api("PUT", "/v1/loop", {
           enabled: form.elements.enabled.checked,
           max_parallel: Number(value("max_parallel")),
+          max_open_prs: Number(value("max_open_prs")),
           daily_spawn_cap: Number(value("daily_spawn_cap")),
           interval_seconds: Number(value("interval_seconds")),
           quiet_hours: start && end ? { start, end } : null,

@@ -28,6 +28,15 @@ Choices beyond the README's contract, written down because hashes and approvals 
 * What only the deployment knows is checked by `check_priced` (the model's price entry
   and a budget that pays for one minimal call) and by the plan service (the repository
   held by a live installation of the user); the parser alone stays deployment-free.
+* Order (README: "Plans with structure"): a checkbox line may end with `(after #1)` or
+  `(after #1, #3)`; the suffix is not part of the item's title (so renumbering a reference
+  never makes the work new), references are validated here (existing items, no self
+  reference, no cycle, with `order: sequential` counted) and covered by the content hash
+  as the ordinals they name. A line ending in `(after #...)` that does not list `#n`
+  references (`(after #1 and #2)`) is refused rather than read as title text: a person who
+  wrote it meant order. `(after lunch)`, and `(after #n)` in an item's details, are text.
+* An item's own repository is a `repo: owner/name` line at the top level of its details
+  (one at most); the line stays in the details, so the text hash covers it.
 * No item may store more than a whole document may hold (`DocumentPolicy.max_bytes`, its
   title and details in UTF-8): tabs in the indentation of details expand to spaces, so a
   document within the limit can still hold an item beyond it (413, naming the checkbox).
@@ -211,6 +220,15 @@ class FrontMatter(BaseModel):
     # Follow-up rounds each item may take on its pull request (README: "Follow-up rounds"),
     # each at budget_usd: confirming approves them with the rest.
     follow_ups: int = DEFAULT_FOLLOW_UPS
+    # `sequential`: each item waits for the one above it (besides its own `(after #n)`).
+    order: str | None = None
+
+    @field_validator("order", mode="before")
+    @classmethod
+    def _order(cls, value: object) -> str:
+        if value != "sequential":
+            raise ValueError(f"order must be sequential (or left out), got {_shown(value)}")
+        return "sequential"
 
     @field_validator("repo", mode="before")
     @classmethod
@@ -296,6 +314,13 @@ class ParsedItem:
     checked: bool
     title: str
     details: str
+    # The ordinals its `(after #n, ...)` names, ascending (order: sequential aside).
+    after: tuple[int, ...] = ()
+
+    @property
+    def repo(self) -> str | None:
+        """The repository its details name (`repo: owner/name`), else None: the plan's."""
+        return item_repo(self.details)
 
     @property
     def text_hash(self) -> str:
@@ -322,6 +347,28 @@ class TaskDocument:
         """What a confirmation approves: front matter and items in order, not layout or title."""
         return content_hash_of(self.front_matter.model_dump(mode="json"), self.items)
 
+    def waits_for(self) -> dict[int, tuple[int, ...]]:
+        """Each item's predecessors by ordinal (`waits_for`)."""
+        return waits_for(self.items, sequential=self.front_matter.order == "sequential")
+
+
+class _Ordered(Protocol):
+    @property
+    def ordinal(self) -> int: ...
+    @property
+    def after(self) -> tuple[int, ...]: ...
+
+
+def waits_for(items: Iterable[_Ordered], *, sequential: bool) -> dict[int, tuple[int, ...]]:
+    """ordinal -> the ordinals of the items it waits for: its `(after #n)` references, and
+    with `order: sequential` the item above it."""
+    return {
+        item.ordinal: tuple(
+            sorted({*item.after, *((item.ordinal - 1,) if sequential and item.ordinal > 1 else ())})
+        )
+        for item in items
+    }
+
 
 class _ItemText(Protocol):
     """What of an item is approved (a parsed checkbox and a stored plan item both have it)."""
@@ -332,6 +379,8 @@ class _ItemText(Protocol):
     def title(self) -> str: ...
     @property
     def details(self) -> str: ...
+    @property
+    def after(self) -> tuple[int, ...]: ...
 
 
 def canonical_front_matter(front_matter: Mapping[str, Any]) -> dict[str, Any]:
@@ -341,6 +390,8 @@ def canonical_front_matter(front_matter: Mapping[str, Any]) -> dict[str, Any]:
     canonical = dict(front_matter)
     if canonical.get("follow_ups", DEFAULT_FOLLOW_UPS) == DEFAULT_FOLLOW_UPS:
         canonical.pop("follow_ups", None)
+    if canonical.get("order") is None:
+        canonical.pop("order", None)
     return canonical
 
 
@@ -350,7 +401,12 @@ def content_hash_of(front_matter: Mapping[str, Any], items: Iterable[_ItemText])
     what a stored plan or a kept document holds as well as from a parsed document."""
     canonical = {
         "front_matter": canonical_front_matter(front_matter),
-        "items": [[item.checked, item.title, item.details] for item in items],
+        # An item's references only when it has some: a plan approved before order existed
+        # keeps its hash.
+        "items": [
+            [item.checked, item.title, item.details, *([list(item.after)] if item.after else [])]
+            for item in items
+        ],
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -379,7 +435,10 @@ def parse_document(markdown: str, policy: DocumentPolicy = DocumentPolicy()) -> 
                 f"{policy.max_bytes} bytes one item may take"
             )
             raise TooLarge(message, field=f"items[{item.ordinal}]", line=item.line)
-    return TaskDocument(front_matter=front_matter, title=title, items=items, lines=key_lines)
+        _check_repo(item)
+    document = TaskDocument(front_matter=front_matter, title=title, items=items, lines=key_lines)
+    _check_order(document)
+    return document
 
 
 def parse_body(
@@ -612,15 +671,15 @@ def _body(lines: list[str], start: int, policy: DocumentPolicy) -> tuple[str | N
     """Top-level checkboxes with their details, and the title; fenced code is opaque."""
     title: str | None = None
     items: list[ParsedItem] = []
-    current: tuple[int, bool, str] | None = None  # line, checked, title of the open item
+    current: tuple[int, bool, str, tuple[int, ...]] | None = None  # line, checked, title, after
     details: list[str] = []
     fence: str | None = None
 
     def close_item() -> None:
         nonlocal current
         if current is not None:
-            line, checked, item_title = current
-            items.append(ParsedItem(len(items) + 1, line, checked, item_title, _dedent(details)))
+            line, checked, item_title, after = current
+            items.append(ParsedItem(len(items) + 1, line, checked, item_title, _dedent(details), after))
             details.clear()
             current = None
 
@@ -640,10 +699,11 @@ def _body(lines: list[str], start: int, policy: DocumentPolicy) -> tuple[str | N
             if ordinal > policy.max_items:
                 message = f"items: a document may hold at most {policy.max_items} checkboxes"
                 raise InvalidDocument(message, field="items", line=number)
-            if not checkbox["text"].strip():
+            item_title, after = _after(checkbox["text"].strip(), ordinal, number)
+            if not item_title:
                 message = f"items: checkbox {ordinal} on line {number} has no text"
                 raise InvalidDocument(message, field=f"items[{ordinal}].title", line=number)
-            current = (number, checkbox["mark"] != " ", checkbox["text"].strip())
+            current = (number, checkbox["mark"] != " ", item_title, after)
             continue
         fence = _opening_fence(line)
         if fence is None and title is None:
@@ -653,3 +713,93 @@ def _body(lines: list[str], start: int, policy: DocumentPolicy) -> tuple[str | N
         message = "items: the document has no top-level '- [ ]' checkbox"
         raise InvalidDocument(message, field="items", line=min(start + 1, len(lines)))
     return title, tuple(items)
+
+
+# --- order and repositories ---------------------------------------------------------------
+
+# `(after #`: order; `(after lunch)` stays a title's text.
+_AFTER_SUFFIX = re.compile(r"[ \t]*\(after[ \t]+(?P<refs>#[^()]*)\)$", re.IGNORECASE)
+_AFTER_REF = re.compile(r"[ \t]*#(?P<n>[0-9]{1,4})[ \t]*")
+_ITEM_REPO = re.compile(r"repo:[ \t]*(?P<repo>\S*)[ \t]*")
+
+
+def _after(text: str, ordinal: int, line: int) -> tuple[str, tuple[int, ...]]:
+    """A checkbox line's title and the ordinals its trailing `(after #n, ...)` names."""
+    match = _AFTER_SUFFIX.search(text)
+    if match is None:
+        return text, ()
+    refs = match["refs"].split(",")
+    parsed = [_AFTER_REF.fullmatch(ref) for ref in refs]
+    if not all(parsed):
+        message = (
+            f"items: checkbox {ordinal} on line {line} ends with {match.group().strip()!r}: "
+            "write the items it waits for as (after #1) or (after #1, #3)"
+        )
+        raise InvalidDocument(message, field=f"items[{ordinal}].after", line=line)
+    return text[: match.start()].rstrip(" \t"), tuple(sorted({int(m["n"]) for m in parsed if m}))
+
+
+def item_repo(details: str) -> str | None:
+    """The `repo:` line's value at the top level of an item's details, else None."""
+    for detail in details.split("\n"):
+        match = _ITEM_REPO.fullmatch(detail)
+        if match is not None:
+            return match["repo"]
+    return None
+
+
+def _check_repo(item: ParsedItem) -> None:
+    lines = [d for d in item.details.split("\n") if _ITEM_REPO.fullmatch(d)]
+    field = f"items[{item.ordinal}].repo"
+    if len(lines) > 1:
+        message = (
+            f"items: checkbox {item.ordinal} on line {item.line} names its repository {len(lines)} times"
+        )
+        raise InvalidDocument(message, field=field, line=item.line)
+    if lines and not is_repo_name(item.repo):
+        message = f"items: checkbox {item.ordinal} on line {item.line}: repo must be owner/name, got {_shown(item.repo)}"
+        raise InvalidDocument(message, field=field, line=item.line)
+
+
+def _check_order(document: TaskDocument) -> None:
+    """References name existing items other than their own, and the order has no cycle."""
+    count = len(document.items)
+    for item in document.items:
+        for ref in item.after:
+            problem = (
+                f"waits for itself (#{ref})"
+                if ref == item.ordinal
+                else f"waits for #{ref}, but the document has {count} checkboxes"
+                if not 1 <= ref <= count
+                else None
+            )
+            if problem:
+                message = f"items: checkbox {item.ordinal} on line {item.line} {problem}"
+                raise InvalidDocument(message, field=f"items[{item.ordinal}].after", line=item.line)
+    graph = document.waits_for()
+    state: dict[int, int] = {}  # 1: on the path being walked, 2: known to reach no cycle
+    for start in graph:
+        if start in state:
+            continue
+        path: list[int] = []
+        stack = [(start, iter(graph[start]))]
+        while stack:
+            node, edges = stack[-1]
+            if node not in state:
+                state[node] = 1
+                path.append(node)
+            nxt = next(edges, None)
+            if nxt is None:
+                state[node] = 2
+                path.pop()
+                stack.pop()
+            elif state.get(nxt) == 1:
+                cycle = [*path[path.index(nxt) :], nxt]
+                item = document.items[cycle[0] - 1]
+                shown = " -> ".join(f"#{n}" for n in cycle)
+                message = (
+                    f"items: checkbox {item.ordinal} on line {item.line} is in a cycle of order: {shown}"
+                )
+                raise InvalidDocument(message, field=f"items[{item.ordinal}].after", line=item.line)
+            elif nxt not in state:
+                stack.append((nxt, iter(graph[nxt])))

@@ -46,6 +46,9 @@ class LoopSettings(BaseModel):
     timezone: str = "UTC"
     daily_spawn_cap: int = Field(default=20, ge=0, le=10_000)
     max_parallel: int = Field(default=3, ge=1, le=100)
+    # Pull requests of the user's awaiting review (or being written) at most: a team reviews
+    # so many at a time; no new task starts beyond it (follow-up rounds are not new).
+    max_open_prs: int = Field(default=5, ge=1, le=100)
 
     @field_validator("timezone")
     @classmethod
@@ -65,6 +68,7 @@ class LoopSettingsUpdate(BaseModel):
     timezone: str | None = None
     daily_spawn_cap: int | None = Field(default=None, ge=0, le=10_000)
     max_parallel: int | None = Field(default=None, ge=1, le=100)
+    max_open_prs: int | None = Field(default=None, ge=1, le=100)
 
     @field_validator("timezone")
     @classmethod

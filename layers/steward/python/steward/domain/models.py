@@ -115,6 +115,11 @@ class PlanItem(BaseModel):
     retry_requested: bool = False  # a person asked for another attempt (POST .../retry)
     supersedes: str | None = None  # task id of the replaced revision, until this one spawns
     removed_at: datetime | None = None  # when its checkbox was deleted (history order)
+    # Order and place (README: "Plans with structure"): the keys of the items its `(after #n)`
+    # names, resolved from the document at each publish, and the repository its details name
+    # (None: the plan's).
+    after: tuple[str, ...] = ()
+    repo: str | None = None
 
     @property
     def shown_status(self) -> ItemStatus:
@@ -154,6 +159,27 @@ class Plan(BaseModel):
     def active_items(self) -> tuple[PlanItem, ...]:
         return tuple(sorted((i for i in self.items if not i.removed), key=lambda i: i.ordinal))
 
+    @property
+    def max_attempts(self) -> int:
+        return int(self.front_matter.get("max_attempts", 3))
+
+    @property
+    def sequential(self) -> bool:
+        return self.front_matter.get("order") == "sequential"
+
+    def predecessors(self, item: PlanItem) -> tuple[PlanItem, ...]:
+        """The items `item` waits for: those its `(after #n)` names and, with `order:
+        sequential`, the one above it (a removed item waits for nothing)."""
+        if item.removed:
+            return ()
+        active = self.active_items
+        named = [i for i in active if i.key in item.after]
+        above = [i for i in active if i.ordinal == item.ordinal - 1] if self.sequential else []
+        return tuple(sorted({i.key: i for i in (*named, *above)}.values(), key=lambda i: i.ordinal))
+
+    def item_repo(self, item: PlanItem) -> str:
+        return item.repo or self.repo
+
     def to_api(self, *, details: bool = True) -> dict[str, Any]:
         """The plan as the API shows it: what confirming it approves (the front matter's keys,
         each item's details unless `details` is False) besides its state."""
@@ -184,6 +210,8 @@ class Plan(BaseModel):
                     "task_id": i.task_id,
                     "revision": i.revision,
                     "checked": i.checked,
+                    "repo": self.item_repo(i),
+                    "after": [p.ordinal for p in self.predecessors(i)],
                     **({"details": i.details} if details else {}),
                 }
                 for i in (*self.active_items, *(i for i in self.items if i.removed))

@@ -28,7 +28,10 @@ Pure: plans and text in, a `PlanDiff` out. The plan service reads and writes the
   even when an insertion above it shifted its ordinal; one whose text is found elsewhere is
   `moved`; one whose text changed in place is `edited` (`fields` says which of its title,
   details and checkbox changed; ticking or unticking a box alone is `edited` with
-  `["checked"]`, since the box is approved content); the rest are `added` or `removed`.
+  `["checked"]`, since the box is approved content; an item whose predecessors are other
+  items than approved, by their text, is `edited` with `["after"]`, so renumbering a
+  reference after an insertion is no change and an insertion that shifts what a reference
+  names is one); the rest are `added` or `removed`.
   Front matter lists the keys whose values differ, as `[old, new]` (a key the stored form
   lacks is null). A plan never confirmed has no approved content: every key and every item
   is new.
@@ -48,6 +51,7 @@ from steward.domain.documents import (
     ParsedItem,
     content_hash_of,
     parse_body,
+    waits_for,
 )
 from steward.domain.errors import BadRequest, InvalidDocument
 from steward.domain.models import Plan
@@ -77,9 +81,18 @@ class PlanContent:
 
 def content_of(plan: Plan) -> PlanContent:
     """The plan's current content (its hash is the plan's `content_hash`)."""
+    active = plan.active_items
+    ordinal = {i.key: n for n, i in enumerate(active, start=1)}
     items = tuple(
-        ParsedItem(ordinal=n, line=0, checked=i.checked, title=i.title, details=i.details)
-        for n, i in enumerate(plan.active_items, start=1)
+        ParsedItem(
+            ordinal=n,
+            line=0,
+            checked=i.checked,
+            title=i.title,
+            details=i.details,
+            after=tuple(sorted(ordinal[k] for k in i.after if k in ordinal)),
+        )
+        for n, i in enumerate(active, start=1)
     )
     return PlanContent(dict(plan.front_matter), items)
 
@@ -111,7 +124,8 @@ def kept_document(content: PlanContent, title: str | None) -> str:
     if title:
         lines += [f"# {title}", ""]
     for item in content.items:
-        lines.append(f"- [{'x' if item.checked else ' '}] {item.title}")
+        after = f" (after {', '.join(f'#{n}' for n in item.after)})" if item.after else ""
+        lines.append(f"- [{'x' if item.checked else ' '}] {item.title}{after}")
         if item.details:
             lines += [f"  {line}" if line else "" for line in item.details.split("\n")]
     return "\n".join(lines) + "\n"
@@ -178,7 +192,7 @@ class ItemChange:
     approved_ordinal: int | None  # in the approved content; None for an added item
     title: str  # the current title (the approved one for a removed item)
     change: str  # added, removed, edited, moved
-    fields: tuple[str, ...] = ()  # of an edited item: which of title, details, checked changed
+    fields: tuple[str, ...] = ()  # of an edited item: which of title, details, checked, after changed
 
     def to_api(self) -> dict[str, Any]:
         return {
@@ -232,13 +246,24 @@ def _front_matter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dic
     return changes
 
 
-def _edited_fields(old: ParsedItem, new: ParsedItem) -> tuple[str, ...]:
+def _waits(content: PlanContent | None) -> dict[int, frozenset[str]]:
+    """ordinal -> the texts (hashes) of the items it waits for: what its order means, however
+    its references are numbered."""
+    if content is None:
+        return {}
+    graph = waits_for(content.items, sequential=content.front_matter.get("order") == "sequential")
+    text = {i.ordinal: i.text_hash for i in content.items}
+    return {n: frozenset(text[r] for r in refs if r in text) for n, refs in graph.items()}
+
+
+def _edited_fields(old: ParsedItem, new: ParsedItem, order_changed: bool) -> tuple[str, ...]:
     return tuple(
         name
         for name, changed in (
             ("title", old.title != new.title),
             ("details", old.details != new.details),
             ("checked", old.checked != new.checked),
+            ("after", order_changed),
         )
         if changed
     )
@@ -250,6 +275,7 @@ def diff(approved: PlanContent | None, current: PlanContent) -> PlanDiff:
     then the removed ones in their approved order."""
     old_items = list(approved.items) if approved is not None else []
     pairing = align(old_items, [], current.items)
+    old_waits, new_waits = _waits(approved), _waits(current)
     changes: list[ItemChange] = []
     for j, item in enumerate(current.items):
         ordinal = j + 1
@@ -257,7 +283,7 @@ def diff(approved: PlanContent | None, current: PlanContent) -> PlanDiff:
         if before is None:
             changes.append(ItemChange(ordinal, None, item.title, ADDED))
             continue
-        fields = _edited_fields(before, item)
+        fields = _edited_fields(before, item, old_waits.get(before.ordinal) != new_waits.get(ordinal))
         if fields:
             changes.append(ItemChange(ordinal, before.ordinal, item.title, EDITED, fields))
         elif j in pairing.moved:

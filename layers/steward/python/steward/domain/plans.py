@@ -183,6 +183,7 @@ def merge_items(
             "checked": parsed.checked,
             "removed": False,
             "removed_at": None,
+            "repo": parsed.repo,
         }
         previous = alignment.matched.get(j) or alignment.edited.get(j)
         if previous is None:
@@ -192,6 +193,11 @@ def merge_items(
             fields["revision"] = retired_revision + 1
         item = _carry(previous, j in alignment.edited, fields)
         result.append(item.model_copy(update={"status": _status_for_checkbox(item, parsed.checked)}))
+    # References are re-resolved at each publish: `(after #n)` means the item shown n-th now.
+    result = [
+        item.model_copy(update={"after": tuple(result[n - 1].key for n in parsed.after)})
+        for item, parsed in zip(result, new, strict=True)
+    ]
 
     # A deleted checkbox with work attached stays as history (its task runs on untouched),
     # without its details and with a short title; one without work is dropped: its key is

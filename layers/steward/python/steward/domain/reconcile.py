@@ -49,8 +49,8 @@ from steward.domain.models import (
     Task,
     TaskStatus,
 )
+from steward.domain.order import RELATED, RETRYABLE, order_state
 
-RETRYABLE = "retryable"
 SUPERSEDED = "superseded"  # the reason of a task cancelled because its item's text changed
 PLAN_ARCHIVED = "plan archived"  # the reason of a task cancelled because its plan was archived
 
@@ -63,6 +63,9 @@ class Spawn:
     attempt: int
     previous_task_id: str | None
     supersedes: str | None = None  # the older revision's task, fenced before this spawn
+    # The items it waits for (keys), each merged or done when decided: the spawn's write
+    # holds only while they still are (`steward.adapters.plan_store:item_link_update`).
+    after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ Action = (
 class Policy:
     max_parallel: int
     spawns_left: int  # of today's daily cap
+    max_open_prs: int = 5  # the user's pull requests awaiting review (or being written) at most
     spawning_stopped: bool = False  # the operators' global brake: no spawn at all
 
 
@@ -216,10 +220,6 @@ def superseded(plan: Plan, task: Task) -> bool:
         return False
     item = plan.item(task.item_key)
     return item is not None and not item.removed and item.revision > task.revision
-
-
-def _max_attempts(plan: Plan) -> int:
-    return int(plan.front_matter.get("max_attempts", 3))
 
 
 def allowed_rounds(task: Task, plan: Plan | None) -> int:
@@ -297,6 +297,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     actions += [
         Reply(t.id, kind) for t in live_tasks if t.status is TaskStatus.REVIEW for kind in t.pending_replies
     ]
+    actions += [Reply(t.id, RELATED) for t in live_tasks if _links_related(t, plans_by_id.get(t.plan_id))]
     candidates: list[Spawn | StartRound] = [r for r in rounds if isinstance(r, StartRound)]
     # actions so far: the fixtures' cancels
     live_work = bool(live_tasks or closing) or fixture_in_review or bool(actions)
@@ -311,7 +312,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
         if plan.approved_hash != plan.content_hash:
             continue  # an edit awaits approval: no new work (the loop never sees this state
             # from a well-behaved publish, which also changes the status; kept as a guard)
-        max_attempts = _max_attempts(plan)
+        max_attempts = plan.max_attempts
         actions += [Cancel(t.id, SUPERSEDED) for t in plan_tasks if superseded(plan, t)]
         repairs = [
             RepairItem(plan.slug, i.task_id)
@@ -319,9 +320,11 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
             if i.status in _SHOWN_LIVE and i.task_id and i.task_id not in live_by_id
         ]
         spawns = [
-            replace(s, plan_slug=plan.slug)
+            replace(s, plan_slug=plan.slug, after=tuple(p.key for p in plan.predecessors(i)))
             for i in plan.active_items
-            if (s := next_spawn(i, max_attempts)) is not None and s.previous_task_id not in closing_ids
+            if (s := next_spawn(i, max_attempts)) is not None
+            and s.previous_task_id not in closing_ids
+            and order_state(plan, i).ready
         ]
         actions += repairs
         candidates += spawns
@@ -339,13 +342,19 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
 
     slots = max(0, policy.max_parallel - sum(1 for t in live_tasks if t.status in _RUNS))
     allowed = 0 if policy.spawning_stopped else min(slots, policy.spawns_left)
-    actions += candidates[:allowed]
+    room = max(0, policy.max_open_prs - len(pull_request_load(live_tasks)))
+    starting, held = _admitted(candidates, allowed, room)
+    actions += starting
     actions += [Launch(t.id) for t in live_tasks if t.status is TaskStatus.QUEUED and t.launched_at is None]
     actions += closing
-    waiting = tuple(candidates[allowed:])
+    waiting = tuple(held)
     return Decision(
         actions=tuple(actions),
-        blocked_by_cap=bool(waiting) and not policy.spawning_stopped and policy.spawns_left <= slots,
+        # held by the cap itself: all it allows started (not by max_open_prs, which a merge frees)
+        blocked_by_cap=bool(waiting)
+        and not policy.spawning_stopped
+        and policy.spawns_left <= slots
+        and len(starting) == policy.spawns_left,
         live_work=live_work,
         waiting=waiting,
         # Nothing advances a watermark when the brake is released: spawns it held keep the
@@ -360,7 +369,44 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     )
 
 
+def _links_related(task: Task, plan: Plan | None) -> bool:
+    """`task` is in review and the pull requests of the items its item waits for do not link
+    its own yet (`steward.services.replies`)."""
+    if task.status is not TaskStatus.REVIEW or task.is_round or RELATED in task.replied or plan is None:
+        return False
+    item = plan.item(task.item_key)
+    return item is not None and bool(plan.predecessors(item))
+
+
 # Tasks that occupy a parallel slot.
 _RUNS = frozenset({TaskStatus.QUEUED, TaskStatus.RUNNING})
+
+
+def _admitted(
+    candidates: Sequence[Spawn | StartRound], allowed: int, room: int
+) -> tuple[list[Spawn | StartRound], list[Spawn | StartRound]]:
+    """(those that start now, those that wait): at most `allowed`, in order, a new task
+    (`Spawn`) only while there is `room` under max_open_prs (a round is never held by it)."""
+    starting: list[Spawn | StartRound] = []
+    held: list[Spawn | StartRound] = []
+    for candidate in candidates:
+        if len(starting) == allowed or (isinstance(candidate, Spawn) and room == 0):
+            held.append(candidate)
+            continue
+        room -= isinstance(candidate, Spawn)
+        starting.append(candidate)
+    return starting, held
+
+
+def pull_request_load(live: Sequence[Task]) -> list[Task]:
+    """The user's tasks whose pull request awaits review, or will (queued or running work,
+    not a follow-up round, which answers on an open one): what `max_open_prs` bounds."""
+    return [
+        t
+        for t in live
+        if t.kind is PlanKind.WORK and not t.is_round and (t.status is TaskStatus.REVIEW or t.status in _RUNS)
+    ]
+
+
 # The item statuses that say its task is live (the task is queued, running or in review).
 _SHOWN_LIVE = frozenset({ItemStatus.RUNNING, ItemStatus.REVIEW})

@@ -54,7 +54,7 @@ def task_for(
         revision=item.revision,
         attempt=attempt,
         branch=branch_name(tid),
-        repo=plan.repo,
+        repo=plan.item_repo(item),
         base=front.get("base"),
         model=str(front["model"]),
         budget_usd=Decimal(str(front["budget_usd"])),

@@ -4,9 +4,10 @@ view"): the answer `plan show`, `task show` and the API give as
 
 Pure. It reads what the heartbeat reads (the user's loop state and settings, the plan, the
 user's live tasks) and applies the same gates in the same order (`steward.domain.gates`),
-so the reason shown is the one the loop acts on: disabled, paused, quiet hours, then, for
-work that needs a spawn, the daily cap and `max_parallel`; what is left waits for the next
-tick. `until` is when the reason ends by itself (quiet hours' end, the user's next
+so the reason shown is the one the loop acts on: order first (`after`: a predecessor is on
+its way; `blocked`: one ended without a merge, `steward.domain.order`), then disabled,
+paused, quiet hours, then, for work that needs a spawn, the daily cap, `max_parallel` and
+`max_open_prs`; what is left waits for the next tick. `until` is when the reason ends by itself (quiet hours' end, the user's next
 midnight, the next tick), None when only a person (or another task ending) can end it.
 """
 
@@ -21,10 +22,15 @@ from steward.domain import gates
 from steward.domain.installations import Installation
 from steward.domain.loop import LoopState
 from steward.domain.models import ItemStatus, Plan, PlanItem, PlanKind, PlanStatus, Task, TaskStatus
+from steward.domain.order import order_state
+from steward.domain.reconcile import pull_request_load
 
 Reason = Literal[
+    "after",
+    "blocked",
     "next_tick",
     "max_parallel",
+    "review_capacity",
     "daily_cap",
     "quiet_hours",
     "paused",
@@ -85,7 +91,11 @@ def for_item(
         return None  # a draft, or an archived or completed plan: no work is due
     if any(t.plan_id == plan.id and t.item_key == item.key and t.revision == item.revision for t in live):
         return None  # just spawned: the plan was read before the spawn linked its task
-    return _loop_gates(state, now, installation_suspended) or _spawn_gates(state, live, now)
+    return (
+        _order_gate(plan, item)
+        or _loop_gates(state, now, installation_suspended)
+        or _spawn_gates(state, live, now)
+    )
 
 
 def for_task(
@@ -100,6 +110,13 @@ def for_task(
     if task.status is not TaskStatus.QUEUED or task.launched_at is not None:
         return None
     return _loop_gates(state, now, installation_suspended) or _next_tick(state)
+
+
+def _order_gate(plan: Plan, item: PlanItem) -> Waiting | None:
+    order = order_state(plan, item)
+    if order.ready:
+        return None
+    return Waiting("blocked" if order.blocked_by else "after", None, order.detail())
 
 
 def _loop_gates(state: LoopState, now: datetime, installation_suspended: bool) -> Waiting | None:
@@ -138,6 +155,14 @@ def _spawn_gates(state: LoopState, live: Sequence[Task], now: datetime) -> Waiti
             "max_parallel",
             None,
             f"{len(holding)} of {settings.max_parallel} parallel slots held by {', '.join(holding)}",
+        )
+    load = pull_request_load(live)
+    if len(load) >= settings.max_open_prs:
+        named = ", ".join(f"#{t.pr_number}" if t.pr_number else f"{t.id} ({t.status.value})" for t in load)
+        return Waiting(
+            "review_capacity",
+            None,
+            f"{len(load)} of {settings.max_open_prs} pull requests await review or are being written: {named}",
         )
     return _next_tick(state)
 

@@ -4,7 +4,9 @@ Starts the stack, publishes the sample Task Document as alice, confirms it, and 
 reconciliation loop spawn one task per item and launch a local runtime for each. Each
 runtime clones the twin's sample repository, lets the scripted model (`scripted-coder`,
 playing data/playbook.json) edit it through the six tools, runs the plan's check under
-bubblewrap, and publishes a pull request. The stand-in reviewer (`octo-reviewer` on the
+bubblewrap, and publishes a pull request. The third item waits for the first two (`(after #1,
+#2)`, README: "Plans with structure"): it starts once both are merged, on the base as they
+left it. The stand-in reviewer (`octo-reviewer` on the
 twin) first requests a change on the first item's pull request: the signed review reaches
 the receiver, the loop starts a follow-up round, and its runtime pushes a new commit to the
 same branch and replies on the pull request (README: "Follow-up rounds"). The reviewer then
@@ -40,8 +42,16 @@ def sample_document() -> str:
 
 
 def _progress(plan: dict[str, Any]) -> str:
-    items = " ".join(f"#{i['ordinal']}:{i['status']}" for i in plan["items"])
+    items = " ".join(f"#{i['ordinal']}:{i['status']}{_order_wait(i)}" for i in plan["items"])
     return f"  plan {plan['status']:<12} {items}"
+
+
+def _order_wait(item: dict[str, Any]) -> str:
+    """` (after #1 (review))` for an item that waits for others, else nothing."""
+    waiting = item.get("waiting") or {}
+    return (
+        f" ({waiting['reason']} {waiting['detail']})" if waiting.get("reason") in ("after", "blocked") else ""
+    )
 
 
 def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOUT_SECONDS) -> int:
@@ -68,7 +78,8 @@ def run_demo(*, state_file: Path, as_json: bool = False, timeout: float = TIMEOU
             last = ""
             deadline = time.monotonic() + timeout
             reviewer = _Reviewer(stack, client, say)
-            while plan["status"] != "completed" and time.monotonic() < deadline:
+            # A blocked plan waits for a person (nothing the loop does moves it): stop there.
+            while plan["status"] != "completed" and not plan.get("blocked") and time.monotonic() < deadline:
                 time.sleep(0.5)
                 plan = client.request("GET", f"/v1/plans/{DEMO_SLUG}")
                 line = _progress(plan)
@@ -156,15 +167,21 @@ def failure_summary(
     latest = {task["ordinal"]: task for task in tasks if not task["round"]}  # sorted by (ordinal, attempt)
     failed = [item for item in plan["items"] if item["status"] != "merged"]
     rounds = [t for t in tasks if t["round"]]
-    gave_up = f"gave up waiting for the plan ({timeout:.0f} s); " if plan["status"] != "completed" else ""
+    gave_up = (
+        f"gave up waiting for the plan ({timeout:.0f} s); "
+        if plan["status"] != "completed" and not plan.get("blocked")
+        else ""
+    )
     lines = [
         f"demo: FAILED after {elapsed:.0f} s: {gave_up}{len(failed)} of {len(plan['items'])} items not merged, "
-        f"the plan is {plan['status']} (runtime logs: {logs})"
+        f"the plan is {plan['status']}{' and blocked' if plan.get('blocked') else ''} (runtime logs: {logs})"
     ]
     for item in failed:
         task = latest.get(item["ordinal"])
         if task is None:
-            lines.append(f"  #{item['ordinal']} {item['status']}: no task was spawned")
+            waiting = item.get("waiting") or {}
+            why = f"{waiting['reason']}: {waiting['detail']}" if waiting else "no task was spawned"
+            lines.append(f"  #{item['ordinal']} {item['status']}: {why}")
             continue
         how = task["status"] + (f" ({task['classification']})" if task.get("classification") else "")
         reason = f": {task['reason']}" if task.get("reason") else ""

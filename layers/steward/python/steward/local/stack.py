@@ -48,8 +48,7 @@ from steward.local.http_adapter import LambdaHttpServer
 from steward.local.http_base import LocalHandler
 from steward.local.moto_server import MotoServer
 from steward.local.relay_process import RelayProcess
-from steward.local.sample_repo import FILES as SAMPLE_FILES
-from steward.local.sample_repo import SAMPLE_REPO
+from steward.local.sample_repo import SAMPLE_REPOS
 from steward.local.stream_hub import StreamHub, serve_watch
 from steward.queues import HEARTBEAT
 
@@ -242,7 +241,7 @@ class LocalStack:
 
     def _seed(self, prefix: str) -> str:
         """The capability signing key, and the installation that holds the sample
-        repository, linked to alice as an operator would (`steward admin link-installation`).
+        repositories, linked to alice as an operator would (`steward admin link-installation`).
         Returns the key id."""
         kms = aws.client("kms", region_name=LOCAL_REGION)
         created = kms.create_key(
@@ -252,7 +251,7 @@ class LocalStack:
         self._set_env({"STEWARD_CAPABILITY_KEY_ID": key_id})
         installations = InstallationStore(Tables.connect(prefix, region_name=LOCAL_REGION))
         seeded = Installation(
-            installation_id=SEED_INSTALLATION, account="steward-demo", repositories=(SAMPLE_REPO,)
+            installation_id=SEED_INSTALLATION, account="steward-demo", repositories=tuple(SAMPLE_REPOS)
         )
         installations.put(seeded, now=utcnow())
         installations.link(SEED_INSTALLATION, "alice", now=utcnow(), force=True)
@@ -260,7 +259,7 @@ class LocalStack:
 
     def _start_github(self) -> dict[str, Any]:
         """The webhook receiver (a Function URL) and the GitHub twin delivering to it; the
-        twin hosts the sample repository in the installation seeded for alice."""
+        twin hosts the sample repositories in the installation seeded for alice."""
         from steward import webhook_handler  # noqa: PLC0415 - configured by the environment
 
         secret = secrets.token_hex(20)
@@ -276,8 +275,9 @@ class LocalStack:
         root = self.state_dir / "github"
         self._twin = GitHubTwin(root, webhook_url=self._webhook.url, webhook_secret=secret, host=self.host)
         self._twin.start()
-        self._twin.create_repo(SAMPLE_REPO, SAMPLE_FILES)
-        self._twin.create_installation("steward-demo", [SAMPLE_REPO], installation_id=SEED_INSTALLATION)
+        for repo, files in SAMPLE_REPOS.items():
+            self._twin.create_repo(repo, files)
+        self._twin.create_installation("steward-demo", list(SAMPLE_REPOS), installation_id=SEED_INSTALLATION)
         self._set_env(
             {
                 "STEWARD_GITHUB_APP_ID": str(self._twin.app_id),
@@ -285,12 +285,14 @@ class LocalStack:
                 "STEWARD_GITHUB_API_URL": self._twin.url,
             }
         )
-        clone_url = f"{self._twin.url}/{SAMPLE_REPO}.git"
         return {
             "github_url": self._twin.url,
             "webhook_url": self._webhook.url,
             "webhook_secret": secret,
-            "repos": {SAMPLE_REPO: {"installation_id": SEED_INSTALLATION, "clone_url": clone_url}},
+            "repos": {
+                repo: {"installation_id": SEED_INSTALLATION, "clone_url": f"{self._twin.url}/{repo}.git"}
+                for repo in SAMPLE_REPOS
+            },
         }
 
     def _start_http(self, issuer: DevIssuer) -> tuple[str, str, str, str]:

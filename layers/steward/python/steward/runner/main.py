@@ -94,11 +94,12 @@ def main(environ: Mapping[str, str] | None = None) -> int:
             return 1
         runtime_id = "r" + uuid.uuid4().hex
         try:
-            task = api.claim(exchanged.capability, runtime_id)
+            claimed = api.claim(exchanged.capability, runtime_id)
         except RuntimeApiError as exc:
             _say(redactor.redact(str(exc)))
             # 409: claimed by another runtime, or no longer startable: nothing to do.
             return 0 if exc.status == 409 else 1
+        task = claimed.task
         _say(f"runtime {runtime_id} claimed task {task.id}")
         run = Run(
             config,
@@ -108,6 +109,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
             artifacts=RuntimeArtifacts(api, exchanged.capability, runtime_id, task.id),
             api=api,
             redactor=redactor,
+            related=claimed.related,
         )
         # The launcher stops a cancelled task's runtime with SIGTERM: stop the command in the
         # sandbox (its own session, which the signal to our group does not reach) and unwind.

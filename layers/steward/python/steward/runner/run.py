@@ -30,7 +30,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -102,9 +102,11 @@ class Run:
         api: RuntimeApi,
         redactor: Redactor,
         clock: Callable[[], datetime] = utcnow,
+        related: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.config = config
         self.task = task
+        self.related = related  # the plan's pull requests around the item, for the body
         self.runtime_id = runtime_id
         self.capability = capability
         self.artifacts = artifacts
@@ -400,6 +402,7 @@ class Run:
                 on_stage=lambda name, entry: self.emit("publish", {"stage": name, "status": entry["status"]}),
                 redactor=self.redactor,
                 merge_parent=self.merge_parent,
+                related=self.related,
             )
         return result.pr_url, result.pr_number
 

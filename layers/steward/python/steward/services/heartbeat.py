@@ -129,7 +129,11 @@ class Heartbeat:
         plans = self.plans.all_for_user(state.user)
         live = self.tasks.live_for_user(state.user)
         day = gates.local_day(state.settings, now)
-        policy = Policy(max_parallel=state.settings.max_parallel, spawns_left=state.spawns_left(day))
+        policy = Policy(
+            max_parallel=state.settings.max_parallel,
+            spawns_left=state.spawns_left(day),
+            max_open_prs=state.settings.max_open_prs,
+        )
         decision = reconcile(plans, live, now, policy)
         # The brake is read only when there is a spawn to hold back (cached, at most 5 s stale).
         if any(isinstance(action, Spawn | StartRound) for action in decision.actions) and self.brake():
@@ -335,7 +339,12 @@ class _Apply:
         task = task_for(plan, item, attempt=action.attempt, now=self.now)
         self._charged(
             lambda charge: self.beat.tasks.spawn(
-                task, previous_task_id=action.previous_task_id, now=self.now, charge=charge
+                task,
+                previous_task_id=action.previous_task_id,
+                now=self.now,
+                charge=charge,
+                after=action.after,
+                content_hash=plan.content_hash,
             )
         )
 

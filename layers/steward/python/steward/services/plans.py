@@ -110,26 +110,35 @@ class PlanService:
 
     def _check_runnable(self, user: str, document: TaskDocument) -> None:
         """What the deployment knows at publish: the model priced, the budget enough for one
-        call, the repository held by a live installation of `user` (else 422)."""
+        call, every repository (the front matter's, and each item's own) held by a live
+        installation of `user` (else 422 naming where the repository is written)."""
         if self.prices is not None:
             check_priced(document, self.prices())
         if self.installations is None:
             return
-        repo = document.front_matter.repo
-        holding = self.installations.holding(user, repo)
-        if any(not installation.suspended for installation in holding):
-            return
-        if holding:
-            ids = ", ".join(str(installation.installation_id) for installation in holding)
-            reason = f"the GitHub App installation that holds it is suspended ({ids})"
-        else:
-            reason = (
-                "no GitHub App installation linked to you holds it (install the App on the "
-                "repository, and have an operator link the installation to you)"
-            )
-        raise InvalidDocument(
-            f"front matter: repo {repo}: {reason}", field="front_matter.repo", line=document.line_of("repo")
-        )
+        where = {
+            document.front_matter.repo: ("front matter: repo", "front_matter.repo", document.line_of("repo"))
+        }
+        for item in document.items:
+            if item.repo is not None and item.repo not in where:
+                where[item.repo] = (
+                    f"items: checkbox {item.ordinal}: repo",
+                    f"items[{item.ordinal}].repo",
+                    item.line,
+                )
+        for repo, (said, field, line) in where.items():
+            holding = self.installations.holding(user, repo)
+            if any(not installation.suspended for installation in holding):
+                continue
+            if holding:
+                ids = ", ".join(str(installation.installation_id) for installation in holding)
+                reason = f"the GitHub App installation that holds it is suspended ({ids})"
+            else:
+                reason = (
+                    "no GitHub App installation linked to you holds it (install the App on the "
+                    "repository, and have an operator link the installation to you)"
+                )
+            raise InvalidDocument(f"{said} {repo}: {reason}", field=field, line=line)
 
     def get(self, user: str, slug: str) -> Plan:
         return self.store.require(user, validate_slug(slug))

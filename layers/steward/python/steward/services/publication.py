@@ -167,6 +167,7 @@ class _Run:
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     nested: tuple[str, ...] = ()
     merge_parent: str | None = None  # a conflict round's merged base commit (its second parent)
+    related: tuple[Mapping[str, Any], ...] = ()  # the plan's pull requests around the item
     merging: bool = False  # that merge is in the clone, not committed yet
     _token: str | None = None
 
@@ -237,6 +238,7 @@ class Publisher:
         on_stage: StageHook | None = None,
         redactor: Redactor | None = None,
         merge_parent: str | None = None,
+        related: Sequence[Mapping[str, Any]] = (),
     ) -> PublishResult:
         """Run every stage (see the module docstring); the pull request's URL and number and
         the pushed SHA. `checks` items: {"command", "exit_status" (or "exit_code"),
@@ -245,7 +247,9 @@ class Publisher:
         `redactor`: the caller's (it holds every secret the process holds): what is written
         or sent is redacted with it and the scan looks for its secrets; the tokens this
         publication gets are added to it. `merge_parent`: the base commit a conflict round
-        merged into the clone (the commit is a merge of the branch's head and it). Raises
+        merged into the clone (the commit is a merge of the branch's head and it). `related`:
+        the plan's pull requests around the item (`steward.domain.order.related`), linked
+        from the body. Raises
         PublishError for a refusal, GitError / GitHubError for faults; either way
         publish.json says which stage and why."""
         run = _Run(
@@ -255,6 +259,7 @@ class Publisher:
             token_provider,
             redactor if redactor is not None else Redactor(),
             merge_parent=merge_parent,
+            related=tuple(related),
         )
         succeeded = False
         try:
@@ -598,7 +603,9 @@ class Publisher:
             head=task.branch,
             base=base,
             title=_title(run.redactor, task.title),
-            body=run.redactor.redact(pull_request_body(task, run.redactor.redact(summary), checks, cost_usd)),
+            body=run.redactor.redact(
+                pull_request_body(task, run.redactor.redact(summary), checks, cost_usd, run.related)
+            ),
         )
         return "ok", {**_pull_detail(pull), "action": "opened", "base": base}
 
@@ -775,11 +782,50 @@ def _duration_cell(check: Mapping[str, Any]) -> str:
     return "—"
 
 
+RELATED_START = "<!-- steward:related -->"
+RELATED_END = "<!-- /steward:related -->"
+
+
+def related_section(plan_slug: str, related: Sequence[Mapping[str, Any]]) -> str:
+    """The body's list of the plan's pull requests around the item (`steward.domain.order.
+    related`) between markers, so the loop can rewrite it as the others open; empty: none."""
+    if not related:
+        return ""
+    lines = [RELATED_START, f"### Related pull requests (plan `{_cell(plan_slug)}`)", ""]
+    for other in related:
+        said = "waits for" if other.get("relation") == "after" else "is waited for by"
+        url = other.get("pr_url")
+        where = f"[{_cell(str(other.get('repo', '')))} pull request]({url})" if url else "no pull request yet"
+        lines.append(
+            f"- This {said} item {other.get('ordinal')} ({_cell(str(other.get('status', '')))}): "
+            f"{_cell(str(other.get('title', '')))}, {where}"
+        )
+    return "\n".join([*lines, RELATED_END])
+
+
+def with_related(body: str, section: str) -> str:
+    """`body` with its related section replaced by `section` (added above the checks when it
+    has none). The last markers are Steward's: the model's summary comes before them."""
+    start, end = body.rfind(RELATED_START), body.rfind(RELATED_END)
+    if start != -1 and end > start:
+        return body[:start] + section + body[end + len(RELATED_END) :]
+    if not section:
+        return body
+    at = body.rfind("### Checks")
+    return f"{body[:at]}{section}\n\n{body[at:]}" if at != -1 else f"{body}\n\n{section}\n"
+
+
 def pull_request_body(
-    task: Task, summary: str, checks: Sequence[Mapping[str, Any]], cost_usd: Decimal
+    task: Task,
+    summary: str,
+    checks: Sequence[Mapping[str, Any]],
+    cost_usd: Decimal,
+    related: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The pull request's body: the run's summary, the checks table and the cost."""
-    lines = ["### Checks", ""]
+    """The pull request's body: the run's summary, the plan's related pull requests, the
+    checks table and the cost."""
+    section = related_section(task.plan_slug, related)
+    lines = [*([section, ""] if section else []), "### Checks", ""]
     if checks:
         lines += ["| Command | Exit status | Duration |", "| --- | --- | --- |"]
         lines += [

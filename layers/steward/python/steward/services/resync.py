@@ -390,6 +390,8 @@ def merged_into(plans: Sequence[Plan]) -> dict[str, datetime]:
     Steward's pull requests may have moved the base: `domain.resync.base_moved`)."""
     moved: dict[str, datetime] = {}
     for plan in plans:
-        if plan.status is not PlanStatus.ARCHIVED and any(i.status is ItemStatus.MERGED for i in plan.items):
-            moved[plan.repo] = max(moved.get(plan.repo, plan.updated_at), plan.updated_at)
+        if plan.status is PlanStatus.ARCHIVED:
+            continue
+        for repo in {plan.item_repo(i) for i in plan.items if i.status is ItemStatus.MERGED}:
+            moved[repo] = max(moved.get(repo, plan.updated_at), plan.updated_at)
     return moved

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
+from steward.domain import order
 from steward.domain.artifacts import MAX_ARTIFACT_BYTES, RUNTIME_ARTIFACTS, artifact_key
 from steward.domain.capability import Capability
 from steward.domain.errors import (
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from steward.adapters.artifact_store import ArtifactStore
     from steward.adapters.github import PullRef
     from steward.adapters.installation_store import InstallationStore
+    from steward.adapters.plan_store import PlanStore
     from steward.adapters.task_store import TaskStore
 
 # How long a runtime's task stays running without a heartbeat before the reaper fails it.
@@ -144,8 +146,10 @@ class RuntimeService:
         upload_seconds: int = UPLOAD_SECONDS,
         github: Callable[[], PullChecker] | None = None,  # built on first use: the App is heavy
         installations: InstallationStore | None = None,
+        plans: PlanStore | None = None,
     ) -> None:
         self.tasks = tasks
+        self.plans = plans
         self.artifacts = artifacts
         self.github = github
         self.installations = installations
@@ -167,7 +171,18 @@ class RuntimeService:
             raise LifecycleError(f"the task is {task.status.value}; it cannot be claimed", field="status")
         now = self.clock()
         claimed = self.tasks.claim(task, runtime_id=call.runtime_id, now=now, deadline=now + self.grace)
-        return {"task": claimed.model_dump(mode="json")}
+        return {"task": claimed.model_dump(mode="json"), "related": self._related(claimed)}
+
+    def _related(self, task: Task) -> list[dict[str, Any]]:
+        """The plan's pull requests around the task's item, for the body of the one it opens
+        (`steward.domain.order.related`); none for a round, which opens none."""
+        plan = None if self.plans is None or task.is_round else self.plans.get(task.user, task.plan_slug)
+        item = plan.item(task.item_key) if plan is not None else None
+        if plan is None or item is None:
+            return []
+        around = (*plan.predecessors(item), *order.dependents(plan, item))
+        tasks = self.tasks.get_many([i.task_id for i in around if i.task_id])
+        return order.related(plan, item, {t.id: t for t in tasks})
 
     def heartbeat(self, capability: Capability, call: RuntimeCall) -> dict[str, Any]:
         """{"running", "status", "cost_usd"}: `running` false once the task is no longer
