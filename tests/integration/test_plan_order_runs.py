@@ -116,9 +116,10 @@ def item(api: Callable[..., Any], slug: str, ordinal: int) -> dict[str, Any]:
     return found
 
 
-def in_review(api: Callable[..., Any], slug: str, ordinal: int) -> dict[str, Any]:
-    """The item's task once its runtime ended with its pull request open."""
-    task_id = eventually(lambda: item(api, slug, ordinal)["task_id"])
+def in_review(api: Callable[..., Any], slug: str, ordinal: int, after: str | None = None) -> dict[str, Any]:
+    """The item's task (a later one than `after`) once its runtime ended with its pull request
+    open."""
+    task_id = eventually(lambda: (found := item(api, slug, ordinal)["task_id"]) != after and found)
     return eventually(  # type: ignore[no-any-return]
         lambda: (
             (t := api("GET", f"/v1/tasks/{task_id}"))["status"] == "review"
@@ -203,7 +204,7 @@ def test_a_predecessor_closed_unmerged_blocks_its_dependent_until_a_person_retri
     assert shown["items"][1]["waiting"]["reason"] == "blocked"
     assert shown["items"][1]["waiting"]["detail"] == "#1 closed without merge; retry it or edit the plan"
     api("POST", f"/v1/tasks/{first['id']}/retry")
-    retried = in_review(api, "blocked", 1)
+    retried = in_review(api, "blocked", 1, after=first["id"])  # the retry's own attempt
     assert retried["attempt"] == 2
     assert item(api, "blocked", 2)["waiting"]["reason"] == "after"
     assert api("GET", "/v1/plans/blocked")["blocked"] is False

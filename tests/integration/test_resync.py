@@ -122,7 +122,8 @@ def loop(services: Services, installation: int, github: CountingGitHub) -> Loop:
         loop.tasks, installations, github=lambda: github, policy=ResyncPolicy(period=PERIOD, max_calls=20)
     )
     loop.heartbeat.replies = Replies(loop.tasks, installations, github=lambda: github.app)
-    loop.settings("alice", interval_seconds=1, max_parallel=100, daily_spawn_cap=200)
+    # many pull requests open at once: neither max_parallel nor max_open_prs holds any back
+    loop.settings("alice", interval_seconds=1, max_parallel=100, daily_spawn_cap=200, max_open_prs=100)
     return loop
 
 

@@ -115,7 +115,8 @@ def loop(services: Any, installation: int, github: FaultyGitHub, app: GitHubApp)
         loop.tasks, installations, github=lambda: app, policy=ResyncPolicy(period=timedelta(hours=1))
     )
     loop.heartbeat.withdrawals = Withdrawals(loop.tasks, installations, github=lambda: github)
-    loop.settings("alice", interval_seconds=1, max_parallel=100, daily_spawn_cap=200)
+    # many pull requests open at once: neither max_parallel nor max_open_prs holds any back
+    loop.settings("alice", interval_seconds=1, max_parallel=100, daily_spawn_cap=200, max_open_prs=100)
     return loop
 
 

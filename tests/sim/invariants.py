@@ -4,7 +4,9 @@ no hook and meets no fault.
 
 Status changes are checked at every write, not only between steps: one step (a heartbeat, a
 webhook with another rule interleaved) can make several, and each must be one transition of
-the tables in `steward.domain.lifecycle`.
+the tables in `steward.domain.lifecycle`. So are a new task's order, repository and the
+user's pull request load (`Checker.observe`): each is a promise about the moment the task is
+created, which the state a step later no longer shows.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from steward.adapters.runtime_api import RuntimeApiError
 from steward.domain import lifecycle
-from steward.domain.loop import LoopSettingsUpdate
+from steward.domain.loop import LoopSettings, LoopSettingsUpdate
 from steward.domain.models import ItemStatus, PlanStatus, TaskStatus
 
 from tests.sim.world import USER, Runtime, World
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 LIVE_TASKS = frozenset({"queued", "running", "review"})
 ACTIVE_PLANS = frozenset({"confirmed", "in_progress"})
 FINISHED_ITEMS = frozenset({"merged", "closed", "failed", "done", "removed"})
+SATISFIED_ITEMS = frozenset({"merged", "done"})  # what an item waiting for another needs of it
+DEFAULT_MAX_OPEN_PRS = LoopSettings().max_open_prs
 CONVERGENCE_ROUNDS = 14  # ticks, each after a resync period and a reaper grace
 
 
@@ -39,6 +44,15 @@ class Checker:
         self.pushed: dict[str, str] = {}  # task id -> the commit its runtime pushed
         self.retried: list[dict[str, Any]] = []  # the task rows of every acknowledged retry (202)
         self.person_heads: set[str] = set()  # commits a person pushed onto a pull request
+        # content hash -> ordinal -> the ordinals it waits for, as the person wrote the
+        # document that has it (`ControlPlane._publish`)
+        self.orders: dict[str, dict[int, tuple[int, ...]]] = {}
+        self.places: dict[str, dict[int, str]] = {}  # content hash -> ordinal -> its repository
+        # Work tasks queued, running or in review ever since they were created: what the
+        # loop's spawns add to the user's pull request load (`_pull_request_load`).
+        self._spawned_load: set[str] = set()
+        self._load_allowance: int | None = None
+        self._max_open_prs: int | None = None
         self._tasks: dict[str, str] = {}
         self._plans: dict[str, str] = {}
         self._items: dict[tuple[str, str], str] = {}
@@ -59,6 +73,14 @@ class Checker:
 
     def is_round(self, task_id: str) -> bool:
         return bool(self.task_rows()[task_id].get("parent"))
+
+    def documented(
+        self, content_hash: str, waits: dict[int, tuple[int, ...]], places: dict[int, str]
+    ) -> None:
+        """The person published a document with `content_hash` whose items wait for these
+        and work in these repositories."""
+        self.orders[content_hash] = waits
+        self.places[content_hash] = places
 
     def acknowledged_retry(self, task_id: str) -> None:
         """The API answered a retry of `task_id` with 202: another attempt is owed."""
@@ -101,15 +123,43 @@ class Checker:
 
     # ---- every write
     def observe(self) -> None:
-        """Each status change since the last write must be a transition of its table."""
+        """Each status change since the last write must be a transition of its table; each
+        task created by the write must be due (its order, its repository, the load)."""
+        created = self._observe_tasks()
+        if created:
+            plans = {str(r["slug"]): r for r in self.w.rows("plans")}
+            tasks = self.task_rows()
+            for row in created:
+                self.violations += self._repository_held(row)
+                if not row.get("parent"):
+                    plan = plans.get(str(row["plan_slug"]))
+                    self.violations += self._order_kept(row, plan)
+                    self.violations += self._place_kept(row, plan)
+                elif row["repo"] != (tasks.get(str(row["parent"])) or row)["repo"]:
+                    self.violations.append(f"round {row['task_id'][:12]} is not in its parent's repository")
+        self.violations += self._pull_request_load(created)
+        self._observe_plans()
+
+    def _observe_tasks(self) -> list[dict[str, Any]]:
+        """Check each task's status change; the tasks created since the last look."""
+        created: list[dict[str, Any]] = []
         for task_id, row in self.task_rows().items():
             new = str(row["status"])
             old = self._tasks.get(task_id)
+            if old is None:
+                created.append(row)
             if old is None and new != TaskStatus.QUEUED.value:
                 self.violations.append(f"task {task_id[:12]} was created {new}, not queued")
             elif old is not None and not lifecycle.task_change_allowed(TaskStatus(old), TaskStatus(new)):
                 self.violations.append(f"task {task_id[:12]} went {old} -> {new}")
             self._tasks[task_id] = new
+            if old is None and not row.get("parent") and new in LIVE_TASKS:
+                self._spawned_load.add(task_id)
+            elif new not in LIVE_TASKS:
+                self._spawned_load.discard(task_id)  # for good: a revival is not a spawn
+        return created
+
+    def _observe_plans(self) -> None:
         for row in self.w.rows("plans"):
             slug, new = str(row["slug"]), str(row["status"])
             old = self._plans.get(slug)
@@ -128,6 +178,121 @@ class Checker:
                 for key, item in (row.get("items") or {}).items():
                     if not item.get("removed"):
                         self.approved.add((slug, key, int(item["revision"])))
+
+    # ---- each task as it is created
+    def _order_kept(self, row: dict[str, Any], plan: dict[str, Any] | None) -> list[str]:
+        """(a) A task for an item is created only while every item it waits for is merged or
+        done, in the plan as stored when the task appears: the spawn's transaction checks
+        exactly that (`plan_store.item_link_update`). What the item waits for: the
+        references the person wrote (`self.orders`, by the plan's content hash), the
+        references the plan stores (`after`), and with `order: sequential` the item above.
+        A predecessor leaves merged only with a new revision, which changes the content hash
+        the spawn is conditioned on: compared later, a stale plan could excuse or blame."""
+        task, slug = row["task_id"][:12], row["plan_slug"]
+        items = (plan or {}).get("items") or {}
+        item = items.get(row["item_key"])
+        if plan is None or item is None or item.get("removed"):
+            return []  # a task for work nobody approved: `_check` names it
+        active = {int(i["ordinal"]): str(k) for k, i in items.items() if not i.get("removed")}
+        ordinal = int(item["ordinal"])
+        keys = {str(k) for k in item.get("after") or ()}
+        if (plan.get("front_matter") or {}).get("order") == "sequential" and ordinal - 1 in active:
+            keys.add(active[ordinal - 1])
+        written = self.orders.get(str(plan.get("content_hash")))
+        if written is not None and set(written) != set(active):
+            return [f"plan {slug} holds items {sorted(active)}, its document {sorted(written)}"]
+        keys |= {active[n] for n in (written or {}).get(ordinal, ())}
+        unmet = sorted(
+            (int(items[k]["ordinal"]), str(items[k]["status"]))
+            for k in keys
+            if k in items and not items[k].get("removed") and items[k]["status"] not in SATISFIED_ITEMS
+        )
+        if not unmet:
+            if keys:
+                self.w.board.note("order_kept")
+            return []
+        waiting = ", ".join(f"#{n} ({status})" for n, status in unmet)
+        return [
+            f"task {task} was created for item #{ordinal} of plan {slug} while the items it "
+            f"waits for were not all merged or done: {waiting}"
+        ]
+
+    def _place_kept(self, row: dict[str, Any], plan: dict[str, Any] | None) -> list[str]:
+        """A task works in the repository its item names (`repo:` in its details), else in
+        its plan's: as the person wrote the document (`self.places`), or as the plan stores
+        it when the document is not known."""
+        item = ((plan or {}).get("items") or {}).get(row["item_key"])
+        if plan is None or item is None:
+            return []
+        written = self.places.get(str(plan.get("content_hash"))) or {}
+        expected = written.get(int(item["ordinal"])) or item.get("repo") or plan["repo"]
+        if row["repo"] == expected:
+            return []
+        return [
+            f"task {row['task_id'][:12]} of item #{item['ordinal']} of plan {row['plan_slug']} was "
+            f"created in {row['repo']}, its item's repository is {expected}"
+        ]
+
+    def _repository_held(self, row: dict[str, Any]) -> list[str]:
+        """(b) A task is created only in a repository that a live installation of its owner
+        holds, as the installations table says when it appears: publish refuses any other
+        (422), and a task's repository is its item's, its plan's or (a round) its parent's.
+        The sim never takes a repository from the installation, so "when it appears" and
+        "while it lives" are the same here (the spawn itself does not look again: the mint
+        refuses a ticket of a repository no longer held)."""
+        repo, user = str(row["repo"]), str(row["user"])
+        held = any(
+            i.get("owner_sub") == user
+            and not i.get("suspended")
+            and repo.lower() in {str(r).lower() for r in i.get("repositories") or ()}
+            for i in self.w.rows("installations")
+        )
+        if repo == self.w.repo_b:
+            self.w.board.note("second_repo")
+        if held:
+            return []
+        return [
+            f"task {row['task_id'][:12]} was created in {repo}, which no live installation of {user} holds"
+        ]
+
+    def _pull_request_load(self, created: list[dict[str, Any]]) -> list[str]:
+        """(c) The user's work tasks (not rounds) that have been queued, running or in review
+        ever since their spawn number at most `max_open_prs`. When the person lowers the
+        setting below that number, the bound is the number then, falling as they end, until
+        it is within the setting again: no spawn while at or above the limit.
+
+        What the product guarantees, and so what is counted. The loop spawns only while the
+        load it read at the tick (`reconcile.pull_request_load`: work tasks queued, running
+        or in review), plus what it spawned since in the same tick, is under the setting it
+        read; the lease keeps a second tick from spawning on the same read. Nothing else is
+        fenced: the spawn's transaction does not count the load again. So:
+        * not Steward's open pull requests on GitHub: a withdrawn task's pull request stays
+          open until the loop closes it, a failed task's (its runtime opened it, then died)
+          is open while the task is not in the load, and a person may reopen a closed one;
+        * not the whole load either: such a failed or closed task comes back to review (a
+          webhook, resync) whenever GitHub is heard, also between a tick's read and its spawn,
+          and the loop neither decides nor fences that.
+        A task that left the load and came back is not counted, then: every task counted
+        was in the read of each later spawn, or was spawned by the same tick, so the count
+        at a spawn is at most the load that spawn was decided on."""
+        user = next((r for r in self.w.rows("users") if r.get("user") == USER), {})
+        setting = int(user.get("max_open_prs") or DEFAULT_MAX_OPEN_PRS)
+        load = len(self._spawned_load)
+        if self._max_open_prs is not None and setting < self._max_open_prs and load > setting:
+            self.w.board.note("max_open_prs_below_load")
+        self._max_open_prs = setting
+        allowance = max(setting, self._load_allowance if self._load_allowance is not None else setting)
+        if load <= allowance:
+            self._load_allowance = max(setting, min(allowance, load))
+            return []
+        self._load_allowance = load  # named once
+        new = [r["task_id"][:12] for r in created if not r.get("parent")]
+        named = f"task {', '.join(new)} was created"  # only a spawn adds to the count
+        return [
+            f"{named} with {load} work tasks queued, running or in review since their spawn "
+            f"({', '.join(sorted(t[:12] for t in self._spawned_load))}), over max_open_prs {setting}"
+            + (f" (allowance {allowance} since it was lowered)" if allowance > setting else "")
+        ]
 
     # ---- every step
     def check(self) -> None:
@@ -211,22 +376,31 @@ class Checker:
         for r in tasks.values():
             answers.setdefault(str(r.get("parent") or r["task_id"]), []).append(str(r["task_id"]))
         open_per_item: Counter[tuple[str, str, int]] = Counter()
-        for pull in self.w.twin.pull_states(self.w.repo):
+        bot = f"{self.w.twin.app_slug}[bot]"
+        for repo, pull in self.w.pulls():
             row = by_branch.get(pull["head_ref"])
             if row is None:
-                problems.append(f"pull request #{pull['number']} of no task")
+                problems.append(f"pull request {repo}#{pull['number']} of no task")
                 continue
+            if row["repo"] != repo:
+                problems.append(
+                    f"pull request {repo}#{pull['number']} of task {row['task_id'][:12]}, whose "
+                    f"repository is {row['repo']}"
+                )
             if pull["state"] == "open":
                 open_per_item[(row["plan_slug"], row["item_key"], int(row["revision"]))] += 1
                 if row.get("reason") == "withdrawn" and not row.get("pr_close_pending"):
                     problems.append(
-                        f"pull request #{pull['number']} open after its task's withdrawal closed it"
+                        f"pull request {repo}#{pull['number']} open after its task's withdrawal closed it"
                     )
-            comments = [c["body"] for c in self.w.twin.comments(self.w.repo, pull["number"])]
+            # Steward's own (a person may well write the same mention twice)
+            comments = [
+                c["body"] for c in self.w.twin.comments(repo, pull["number"]) if c["user"]["login"] == bot
+            ]
             if sum("steward:withdrawn" in c for c in comments) > 1:
-                problems.append(f"pull request #{pull['number']} has more than one withdrawal comment")
+                problems.append(f"pull request {repo}#{pull['number']} has more than one withdrawal comment")
             if len(comments) != len(set(comments)):
-                problems.append(f"pull request #{pull['number']} has a comment of Steward's twice")
+                problems.append(f"pull request {repo}#{pull['number']} has a comment of Steward's twice")
             # The head is the push of the task or of one of its rounds, whose checks passed on it;
             # a person's push (a commit no task pushed) is theirs to answer for.
             pushers = [t for t in answers.get(row["task_id"], []) if self.pushed.get(t) == pull["head_sha"]]
@@ -234,9 +408,11 @@ class Checker:
                 continue
             required = set(row.get("checks") or ())
             if not pushers:
-                problems.append(f"pull request #{pull['number']} is not of the tree its checks passed on")
+                problems.append(
+                    f"pull request {repo}#{pull['number']} is not of the tree its checks passed on"
+                )
             elif not required <= self.passed.get(pushers[0], set()):
-                problems.append(f"pull request #{pull['number']} without every required check passed")
+                problems.append(f"pull request {repo}#{pull['number']} without every required check passed")
         problems += [
             f"{n} open pull requests for item {k[1][:8]}/r{k[2]}" for k, n in open_per_item.items() if n > 1
         ]
@@ -280,8 +456,13 @@ class Checker:
         pull = payload.get("pull_request") or {}
         if payload.get("action") != "closed" or not pull.get("merged"):
             return
+        repo = (payload.get("repository") or {}).get("full_name")
         row = next(
-            (r for r in self.w.rows("tasks") if r["branch"] == pull["head"]["ref"] and not r.get("parent")),
+            (
+                r
+                for r in self.w.rows("tasks")
+                if r["branch"] == pull["head"]["ref"] and r["repo"] == repo and not r.get("parent")
+            ),
             None,
         )
         if row is not None and row["status"] not in ("merged", "cancelled"):
@@ -306,23 +487,30 @@ def refused(w: World, runtime: Runtime, status: str | None) -> None:
 
 
 def converge(machine: ControlPlane) -> None:
-    """Faults stop; the person lets the loop run and a reviewer merges every pull request. A
-    bounded number of rounds (each: a resync period and a reaper grace pass, a tick, the
-    runtimes run, webhooks arrive) brings every confirmed plan to a terminal state, every
-    merged pull request is recorded on its task, and every acknowledged retry spawned its
-    attempt (`Checker.lost_retries`). Once, the person withdraws the oldest task
-    in review instead of letting it be merged: the loop closes its pull request."""
+    """Faults stop (but for one GitHub already had in store, below); the person lets the
+    loop run and a reviewer merges every pull request. A bounded number of rounds (each: a
+    resync period and a reaper grace pass, a tick, the runtimes run, webhooks arrive) brings
+    every confirmed plan to a terminal state, every merged pull request is recorded on its
+    task, and every acknowledged retry spawned its attempt (`Checker.lost_retries`). Once,
+    the person withdraws the oldest task in review instead of letting it be merged: the loop
+    closes its pull request. An item that waits for one that ended unmerged (closed, failed
+    for good) waits for the person: they retry that one, as the plan's status tells them
+    (`_unblock`). The person's `max_open_prs` stays: merges free the room the loop needs."""
     w = machine.w
     w.board.reset()
     w.board.armed.clear()
-    w.twin.faults.reset()
+    # A GitHub fault already armed (a rate limit GitHub is applying, a server error coming)
+    # is GitHub's, not the schedule's: it still meets the next call, at the end's first round
+    # (each is one occasion: `twin.faults`). Before the end, it would have met none.
     settings = LoopSettingsUpdate(paused=False, daily_spawn_cap=100, max_parallel=3)
     w.users.update_loop_settings(USER, settings, now=w.clocks.of("api")(), clear_quiet_hours=True)
     withdrew = False
     asked: dict[str, str] = {}  # the task a reviewer asked a change of -> its branch
+    unblocked: set[str] = set()  # the tasks the person retried for the items waiting on them
     for _ in range(CONVERGENCE_ROUNDS):
         if _settled(machine):
             break
+        _unblock(machine, unblocked)
         w.clocks.advance(200)
         machine._act(lambda: w.heartbeats["a"].tick(USER))
         w.adopt_launched()
@@ -337,10 +525,10 @@ def converge(machine: ControlPlane) -> None:
             machine._act(lambda review=review: w.task_service.cancel(USER, review[0]["task_id"]))
         closing = {str(r["branch"]) for r in w.rows("tasks") if r.get("pr_close_pending")}
         waiting = _ask_once(machine, asked, closing)
-        for pull in w.twin.pull_states(w.repo):
+        for repo, pull in w.pulls():
             # withdrawn: the loop's to close; asked for a change: merged once its round ended
             if pull["state"] == "open" and pull["head_ref"] not in closing | waiting:
-                w.twin.merge(w.repo, pull["number"])
+                w.twin.merge(repo, pull["number"])
         for pending in w.pending_deliveries():  # in order: each opening, then each merge
             machine._act(lambda pending=pending: w.send(pending))
         working = {r.task_id for r in w.runtimes.values() if r.alive}
@@ -352,25 +540,67 @@ def converge(machine: ControlPlane) -> None:
     assert not lost, "; ".join(lost) + ": " + _describe(machine)
 
 
+def _ended_unmerged(item: dict[str, Any], max_attempts: int) -> bool:
+    """The item's work ended without a merge and the loop will not try it again by itself."""
+    return item["status"] == "closed" or (
+        item["status"] == "failed"
+        and not (
+            item.get("last_classification") == "retryable" and int(item.get("attempt", 0)) < max_attempts
+        )
+    )
+
+
+def _unblock(machine: ControlPlane, unblocked: set[str]) -> None:
+    """The person retries each item that ended unmerged while an item still to do waits for
+    it (`(after #n)`, or the item above in a sequential plan): nothing else ends that wait."""
+    w = machine.w
+    for plan in w.rows("plans"):
+        if plan["status"] not in ACTIVE_PLANS or plan.get("approved_hash") != plan.get("content_hash"):
+            continue
+        items = plan.get("items") or {}
+        active = {int(i["ordinal"]): i for i in items.values() if not i.get("removed")}
+        sequential = (plan.get("front_matter") or {}).get("order") == "sequential"
+        max_attempts = int((plan.get("front_matter") or {}).get("max_attempts", 3))
+        for ordinal, item in sorted(active.items()):
+            if item["status"] != "pending":
+                continue
+            before = [items[k] for k in item.get("after") or () if k in items and not items[k].get("removed")]
+            before += [active[ordinal - 1]] if sequential and ordinal - 1 in active else []
+            for other in before:
+                task_id = other.get("task_id")
+                if task_id and task_id not in unblocked and _ended_unmerged(other, max_attempts):
+                    unblocked.add(task_id)
+                    w.board.note("order_blocked")
+                    if machine._act(partial(w.task_service.retry, USER, task_id)) is not None:
+                        machine.checker.acknowledged_retry(task_id)
+
+
 def _ask_once(machine: ControlPlane, asked: dict[str, str], closing: set[str]) -> set[str]:
     """Once, a reviewer requests a change on a pull request of a task in review that may
-    still take a round; the branches whose round has yet to end (not merged meanwhile)."""
+    still take a round; the branches whose round has yet to end (not merged meanwhile): the
+    ask is on its way (asked just now, or waiting on the task) or its round is live. An ask
+    the loop refused (its task's item was removed or revised meanwhile) waits for nothing."""
     w = machine.w
     rows = {r["task_id"]: r for r in w.rows("tasks")}
+    just: str | None = None
     if not asked:
         for row in machine._task_rows("review"):
             if row["branch"] in closing or int(row.get("rounds_used", 0)) >= int(row.get("follow_ups", 2)):
                 continue
-            pull = next((p for p in w.twin.pull_states(w.repo) if p["head_ref"] == row["branch"]), None)
+            repo = str(row["repo"])
+            pull = next((p for p in w.twin.pull_states(repo) if p["head_ref"] == row["branch"]), None)
             if pull is not None and pull["state"] == "open" and row.get("head_sha") == pull["head_sha"]:
-                asked[row["task_id"]] = str(row["branch"])
-                w.twin.review(w.repo, pull["number"], body="Please change it.")
+                just = str(row["task_id"])
+                asked[just] = str(row["branch"])
+                w.twin.review(repo, pull["number"], body="Please change it.")
                 break
     waiting: set[str] = set()
     for task_id, branch in asked.items():
-        rounds = [r for r in rows.values() if r.get("parent") == task_id]
+        live_round = any(
+            r.get("parent") == task_id and r["status"] in ("queued", "running") for r in rows.values()
+        )
         if rows[task_id]["status"] == "review" and (
-            not rounds or any(r["status"] in ("queued", "running") for r in rounds)
+            task_id == just or rows[task_id].get("pending_asks") or live_round
         ):
             waiting.add(branch)
     return waiting
@@ -383,7 +613,7 @@ def _settled(machine: ControlPlane) -> bool:
     if any(r.get("pr_close_pending") for r in w.rows("tasks")):
         return False  # a withdrawn pull request is still to be closed
     tasks = {str(r["branch"]): r for r in w.rows("tasks") if not r.get("parent")}
-    for pull in w.twin.pull_states(w.repo):
+    for _, pull in w.pulls():
         row = tasks.get(pull["head_ref"])
         if pull["merged"] and row is not None and row["status"] not in ("merged", "cancelled"):
             return False
@@ -396,5 +626,5 @@ def _describe(machine: ControlPlane) -> str:
         (r["slug"], r["status"], {k[:6]: i["status"] for k, i in (r.get("items") or {}).items()})
         for r in w.rows("plans")
     ]
-    tasks = [(r["task_id"][:8], r["status"], r.get("classification")) for r in w.rows("tasks")]
-    return f"plans {plans}; tasks {tasks}; pulls {w.twin.pull_states(w.repo)}"
+    tasks = [(r["task_id"][:8], r["status"], r.get("classification"), r["repo"]) for r in w.rows("tasks")]
+    return f"plans {plans}; tasks {tasks}; pulls {w.pulls()}"

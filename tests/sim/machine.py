@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -25,8 +26,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from steward.adapters.github import GitHubError
 from steward.adapters.liveness import LivenessIndex
 from steward.adapters.runtime_api import BudgetExhausted, RuntimeApiError
+from steward.domain.documents import parse_document
 from steward.domain.errors import StewardError
-from steward.domain.loop import LoopSettingsUpdate
+from steward.domain.loop import LoopSettings, LoopSettingsUpdate
 from steward.domain.models import TaskStatus
 
 from tests.sim import invariants
@@ -43,6 +45,15 @@ TITLES = (
 )
 CHECKS = ("pytest -q", "ruff check .")
 SLUGS = ("p1", "p2")
+# A plan's shape: no order, `order: sequential`, or `(after #n)` on later items (drawn per
+# item: 0 none, 1 and 2 an item above, 3 every item above).
+LAYOUTS = ("flat", "flat", "sequential", "after", "after")
+LINKS = st.lists(st.integers(0, 3), min_size=3, max_size=3)
+# Where each item works: "" the plan's repository, "b" the second one (`repo:` in its details).
+PLACES = st.lists(st.sampled_from(("", "", "b")), min_size=3, max_size=3)
+# Now and then a document the publish must refuse: an item that waits for itself, or one in
+# a repository no installation of the user holds (422 either way; a refusal is an answer).
+FLAWS = ("",) * 10 + ("self_ref", "unheld")
 # What may happen at each stage of a runtime, drawn when the runtime reaches it ("ok" first:
 # it is what shrinking goes to).
 STAGE_OUTCOMES = {
@@ -88,22 +99,82 @@ FAULT_KINDS = (
     "round_answered",  # a follow-up round's runtime finished with its commit on the pull request
     "clock_skew",
     "stale_confirm",
+    "order_kept",  # a task spawned for an item that waited for others (`Checker._order_kept`)
+    "order_blocked",  # an item waited for one that ended unmerged: the person retried that one
+    "second_repo",  # a task in the second repository (an item's `repo:`)
 )
 EXPECTED_ERRORS = (ClientError, BotoCoreError, GitHubError, RuntimeApiError)
 
 
-def document(items: list[tuple[str, bool]], max_attempts: int) -> str:
+@dataclass(frozen=True)
+class Item:
+    """One checkbox as the person writes it."""
+
+    title: str
+    checked: bool = False
+    after: tuple[int, ...] = ()  # the ordinals its `(after #n)` names (kept valid: see `refs`)
+    repo: str = ""  # "" the plan's repository; "b" the second one, "x" one nobody holds
+
+
+def refs(items: list[Item], ordinal: int) -> tuple[int, ...]:
+    """The references item `ordinal` is written with: those naming an item above it (never
+    itself, never beyond the list; with `order: sequential` as well, no cycle either)."""
+    return tuple(sorted({n for n in items[ordinal - 1].after if 1 <= n < ordinal}))
+
+
+def waits_for(items: list[Item], *, sequential: bool) -> dict[int, tuple[int, ...]]:
+    """ordinal -> the ordinals of the items it waits for, as the person wrote them."""
+    return {
+        n: tuple(sorted({*refs(items, n), *((n - 1,) if sequential and n > 1 else ())}))
+        for n in range(1, len(items) + 1)
+    }
+
+
+def document(
+    items: list[Item],
+    max_attempts: int,
+    repos: Mapping[str, str],
+    *,
+    sequential: bool = False,
+    flaw: str = "",
+) -> str:
     lines = [
         "---",
-        "repo: {repo}",
+        f"repo: {repos['']}",
         f"model: {MODEL}",
         f'budget_usd: "{BUDGET}"',
         f"max_attempts: {max_attempts}",
+        *(["order: sequential"] if sequential else []),
         "checks:",
     ]
     lines += [f"  - {c}" for c in CHECKS] + ["---", "# Simulated plan", ""]
-    lines += [f"- [{'x' if checked else ' '}] {title}" for title, checked in items]
+    for n, item in enumerate(items, 1):
+        last = n == len(items)
+        after = (*refs(items, n), *((n,) if flaw == "self_ref" and last else ()))
+        suffix = f" (after {', '.join(f'#{r}' for r in after)})" if after else ""
+        lines.append(f"- [{'x' if item.checked else ' '}] {item.title}{suffix}")
+        repo = "x" if flaw == "unheld" and last else item.repo
+        if repo:
+            lines.append(f"  repo: {repos[repo]}")
     return "\n".join(lines) + "\n"
+
+
+def shaped(titles: list[str], layout: str, links: list[int], places: list[str]) -> tuple[list[Item], bool]:
+    """The items of a new document of `layout` (see LAYOUTS), and whether it is sequential."""
+    items = []
+    for n, title in enumerate(titles, 1):
+        link = links[(n - 1) % len(links)] if links else 0
+        after: tuple[int, ...] = ()
+        if layout == "after" and n > 1 and link:
+            after = tuple(range(1, n)) if link == 3 else ((link - 1) % (n - 1) + 1,)
+        items.append(Item(title, after=after, repo=places[(n - 1) % len(places)] if places else ""))
+    return items, layout == "sequential"
+
+
+def retitled(item: Item, mark: str) -> Item:
+    """The item with ` <mark>` added to its title, or taken off again."""
+    title = item.title.removesuffix(f" {mark}") if item.title.endswith(mark) else f"{item.title} {mark}"
+    return replace(item, title=title)
 
 
 class ControlPlane(RuleBasedStateMachine):
@@ -115,8 +186,9 @@ class ControlPlane(RuleBasedStateMachine):
         super().__init__()
         ControlPlane.schedules += 1
         self.w: World = self.run.new_world()
-        self.docs: dict[str, list[tuple[str, bool]]] = {}
+        self.docs: dict[str, list[Item]] = {}
         self.attempts: dict[str, int] = {}
+        self.sequential: dict[str, bool] = {}
         self.hashes: dict[str, list[str]] = {}
         self.refusals: list[str] = []  # the answers that refused something, newest last
         self.failures: list[str] = []  # from rules that ran inside another (interleaved)
@@ -177,20 +249,60 @@ class ControlPlane(RuleBasedStateMachine):
             raise AssertionError("; ".join(self.failures))
 
     # ---- the person
-    def _publish(self, slug: str) -> None:
-        markdown = document(self.docs[slug], self.attempts[slug]).replace("{repo}", self.w.repo)
-        plan = self._act(lambda: self.w.plan_service.publish(USER, slug, markdown))
+    def _publish(self, slug: str, flaw: str = "") -> None:
+        w, items, sequential = self.w, self.docs[slug], self.sequential.get(slug, False)
+        repos = {"": w.repo, "b": w.repo_b, "x": w.unheld}
+        markdown = document(items, self.attempts[slug], repos, sequential=sequential, flaw=flaw)
+        if not flaw:  # what the person wrote, by the content hash it has once stored
+            self.checker.documented(
+                parse_document(markdown, w.plan_service.policy).content_hash,
+                waits_for(items, sequential=sequential),
+                {n: repos[item.repo] for n, item in enumerate(items, 1)},
+            )
+        plan = self._act(lambda: w.plan_service.publish(USER, slug, markdown))
         if plan is not None:
+            assert not flaw, f"a document with {flaw} was published: {markdown}"
             self.hashes.setdefault(slug, []).append(plan.content_hash)
+
+    def _new_document(
+        self,
+        slug: str,
+        titles: list[str],
+        max_attempts: int,
+        *,
+        layout: str,
+        links: list[int],
+        places: list[str],
+    ) -> None:
+        self.docs[slug], self.sequential[slug] = shaped(titles, layout, links, places)
+        self.attempts[slug] = max_attempts
 
     @initialize(
         titles=st.lists(st.sampled_from(TITLES), min_size=1, max_size=2, unique=True),
         max_attempts=st.sampled_from((1, 2, 3)),
+        layout=st.sampled_from(LAYOUTS),
+        links=LINKS,
+        places=PLACES,
+        max_open_prs=st.sampled_from((5, 5, 5, 5, 2, 1)),
     )
-    def first_plan(self, titles: list[str], max_attempts: int) -> None:
-        """Every schedule starts from a confirmed plan: the work the rules then disturb."""
-        self.docs["p1"] = [(t, False) for t in titles]
-        self.attempts["p1"] = max_attempts
+    def first_plan(
+        self,
+        titles: list[str],
+        max_attempts: int,
+        *,
+        layout: str = "flat",
+        links: list[int] | None = None,
+        places: list[str] | None = None,
+        max_open_prs: int = 5,
+    ) -> None:
+        """Every schedule starts from a confirmed plan: the work the rules then disturb. The
+        person may have set a low `max_open_prs` before (the end's ticks keep it)."""
+        if max_open_prs != LoopSettings().max_open_prs:
+            update = LoopSettingsUpdate(max_open_prs=max_open_prs)
+            self.w.users.update_loop_settings(
+                USER, update, now=self.w.clocks.of("api")(), clear_quiet_hours=False
+            )
+        self._new_document("p1", titles, max_attempts, layout=layout, links=links or [], places=places or [])
         self._publish("p1")
         assert "p1" in self.hashes, f"the first plan was refused: {self.refusals}"
         self._act(lambda: self.w.plan_service.confirm(USER, "p1", self.hashes["p1"][-1]))
@@ -199,35 +311,62 @@ class ControlPlane(RuleBasedStateMachine):
 
     @rule(
         slug=st.sampled_from(SLUGS),
-        titles=st.lists(st.sampled_from(TITLES), min_size=1, max_size=2, unique=True),
+        titles=st.lists(st.sampled_from(TITLES), min_size=1, max_size=3, unique=True),
         max_attempts=st.sampled_from((1, 2, 3)),
+        layout=st.sampled_from(LAYOUTS),
+        links=LINKS,
+        places=PLACES,
+        flaw=st.sampled_from(FLAWS),
     )
-    def publish(self, slug: str, titles: list[str], max_attempts: int) -> None:
-        self.docs[slug] = [(t, False) for t in titles]
-        self.attempts[slug] = max_attempts
-        self._publish(slug)
+    def publish(
+        self,
+        slug: str,
+        titles: list[str],
+        max_attempts: int,
+        *,
+        layout: str = "flat",
+        links: list[int] | None = None,
+        places: list[str] | None = None,
+        flaw: str = "",
+    ) -> None:
+        self._new_document(slug, titles, max_attempts, layout=layout, links=links or [], places=places or [])
+        self._publish(slug, flaw)
         self._after_rule()
 
     @precondition(lambda self: bool(self.docs))
-    @rule(pick=st.integers(0, 5), change=st.sampled_from(("edit", "insert", "delete", "check", "uncheck")))
+    @rule(
+        pick=st.integers(0, 5),
+        change=st.sampled_from(("edit", "insert", "delete", "check", "uncheck", "after", "repo", "order")),
+    )
     def edit(self, pick: int, change: str) -> None:
+        """A person's edit of one checkbox (its title, its place in the list, its mark, what it
+        waits for, its repository) or of the plan's order. References follow the items they
+        name, as a person renumbers them: inserting above #n makes it #n+1; deleting an item
+        drops the references to it."""
         slug = sorted(self.docs)[pick % len(self.docs)]
         items = self.docs[slug]
         at = pick % len(items)
-        title, checked = items[at]
+        item = items[at]
         if change == "edit":
-            items[at] = (
-                title + " again" if not title.endswith("again") else title.removesuffix(" again"),
-                checked,
-            )
+            items[at] = retitled(item, "again")
         elif change == "insert":
-            new = next((t for t in TITLES if t not in [i[0] for i in items]), None)
+            new = next((t for t in TITLES if t not in [i.title for i in items]), None)
             if new is not None:
-                items.insert(at, (new, False))
+                items[:] = [replace(i, after=tuple(r + (r > at) for r in i.after)) for i in items]
+                items.insert(at, Item(new))
         elif change == "delete" and len(items) > 1:
             items.pop(at)
+            gone = at + 1
+            items[:] = [replace(i, after=tuple(r - (r > gone) for r in i.after if r != gone)) for i in items]
         elif change in ("check", "uncheck"):
-            items[at] = (title, change == "check")
+            items[at] = replace(item, checked=change == "check")
+        elif change == "after":  # wait for the item above, or no longer wait
+            at = at or len(items) - 1
+            items[at] = replace(items[at], after=() if items[at].after else (at,) if at else ())
+        elif change == "repo":
+            items[at] = replace(item, repo="" if item.repo else "b")
+        elif change == "order":
+            self.sequential[slug] = not self.sequential.get(slug, False)
         self._publish(slug)
         self._after_rule()
 
@@ -248,8 +387,7 @@ class ControlPlane(RuleBasedStateMachine):
         hashes = self.hashes[slug]
         if stale and len(set(hashes)) == 1 and slug in self.docs:
             # The page a person reviewed, then an edit in another session: their confirm is stale.
-            title, checked = self.docs[slug][0]
-            self.docs[slug][0] = (f"{title} edited" if not title.endswith("edited") else title[:-7], checked)
+            self.docs[slug][0] = retitled(self.docs[slug][0], "edited")
             self._publish(slug)
         digest = hashes[0] if stale else hashes[-1]
         if stale and digest != hashes[-1]:
@@ -310,6 +448,9 @@ class ControlPlane(RuleBasedStateMachine):
                 "cap_20",
                 "parallel_1",
                 "parallel_3",
+                "open_1",
+                "open_2",
+                "open_5",
             )
         )
     )
@@ -326,6 +467,9 @@ class ControlPlane(RuleBasedStateMachine):
             "cap_20": {"daily_spawn_cap": 20},
             "parallel_1": {"max_parallel": 1},
             "parallel_3": {"max_parallel": 3},
+            "open_1": {"max_open_prs": 1},
+            "open_2": {"max_open_prs": 2},
+            "open_5": {"max_open_prs": 5},
         }.get(change, {})
         update = LoopSettingsUpdate.model_validate(values)
         self._act(
@@ -387,6 +531,7 @@ class ControlPlane(RuleBasedStateMachine):
         self._after_rule()
 
     meanwhile = arm_interleave
+    interleave = arm_interleave  # nine actions to interleave: each needs its draws
 
     @rule(switch=st.sampled_from(TWIN_FAULTS))
     def twin_fault(self, switch: str) -> None:
@@ -485,6 +630,10 @@ class ControlPlane(RuleBasedStateMachine):
         status = self.checker.task_status(rt.task_id)
         issued = self.w.api.github_token(rt.capability or "")
         assert status == TaskStatus.RUNNING.value, f"a GitHub token was issued to a task that is {status}"
+        repo = self.w.task_repo(rt.task_id)
+        assert issued.token.repository == repo, (
+            f"task {rt.task_id[:12]} of {repo} was issued a GitHub token for {issued.token.repository}"
+        )
         rt.token = issued.token.token
         rt.installation_id = issued.installation_id
         self.w.secrets.add(rt.token)
@@ -497,7 +646,11 @@ class ControlPlane(RuleBasedStateMachine):
         files = {f"change_{rt.task_id[-8:]}.py": f"# {rt.task_id}\n"}
         round_ = self.checker.is_round(rt.task_id)  # a follow-up round pushes on its pull request's head
         rt.head = w.twin.push(
-            rt.token or "", w.repo, self.checker.branch_of(rt.task_id), files, on_branch=round_
+            rt.token or "",
+            w.task_repo(rt.task_id),
+            self.checker.branch_of(rt.task_id),
+            files,
+            on_branch=round_,
         )
         self.checker.pushed[rt.task_id] = rt.head
         rt.stage = "pr"
@@ -509,16 +662,17 @@ class ControlPlane(RuleBasedStateMachine):
         w = self.w
         if not self._still_running(rt):
             return
+        repo = w.task_repo(rt.task_id)
         with w.runtime_github(rt) as github:
             branch = self.checker.branch_of(rt.task_id)
-            pull = github.find_pull(rt.installation_id or 0, w.repo, branch, state="all")
+            pull = github.find_pull(rt.installation_id or 0, repo, branch, state="all")
             if pull is None:
                 if outcome == "pr_response_lost":  # created, and the answer never comes back
                     w.twin.faults.set(drop_response_after_pr_create=1)
                     w.board.note("twin:drop_response_after_pr_create")
                 pull = github.open_pull(
                     rt.installation_id or 0,
-                    w.repo,
+                    repo,
                     head=branch,
                     base="main",
                     title="Simulated change",
@@ -625,7 +779,9 @@ class ControlPlane(RuleBasedStateMachine):
             w.board.note("webhook_withheld")
             return
         else:
-            delivery = pending[pick % len(pending)] if mode == "any" else pending[0]
+            # "any": one made later than the oldest still pending, when there is one
+            later = pending[1 + pick % (len(pending) - 1)] if len(pending) > 1 else pending[0]
+            delivery = later if mode == "any" else pending[0]
             if delivery is not pending[0]:
                 w.board.note("webhook_reordered")
         w.send(delivery)
@@ -639,11 +795,12 @@ class ControlPlane(RuleBasedStateMachine):
         self._after_rule()
 
     def _ask(self, pick: int, kind: str) -> None:
-        twin, repo = self.w.twin, self.w.repo
-        open_pulls = [p for p in twin.pull_states(repo) if p["state"] == "open"]
+        twin = self.w.twin
+        open_pulls = [(repo, p) for repo, p in self.w.pulls() if p["state"] == "open"]
         if not open_pulls:
             return
-        number = open_pulls[pick % len(open_pulls)]["number"]
+        repo, pull = open_pulls[pick % len(open_pulls)]
+        number = pull["number"]
         if kind == "review":
             twin.review(repo, number, body="Please change it.")
         elif kind in ("mention", "stranger"):
@@ -672,10 +829,10 @@ class ControlPlane(RuleBasedStateMachine):
         self._ask(0, "review")
 
     def _review(self, pick: int, merge: bool) -> None:
-        open_pulls = [p for p in self.w.twin.pull_states(self.w.repo) if p["state"] == "open"]
+        open_pulls = [(repo, p) for repo, p in self.w.pulls() if p["state"] == "open"]
         if open_pulls:
-            number = open_pulls[pick % len(open_pulls)]["number"]
-            (self.w.twin.merge if merge else self.w.twin.close)(self.w.repo, number)
+            repo, pull = open_pulls[pick % len(open_pulls)]
+            (self.w.twin.merge if merge else self.w.twin.close)(repo, pull["number"])
 
     # ---- interleaved actions (run between two requests of another rule)
     def _do_heartbeat_b(self) -> None:
@@ -701,11 +858,7 @@ class ControlPlane(RuleBasedStateMachine):
     def _do_edit_first(self) -> None:
         if self.docs:
             slug = sorted(self.docs)[0]
-            title, checked = self.docs[slug][0]
-            self.docs[slug][0] = (
-                title + " again" if not title.endswith("again") else title.removesuffix(" again"),
-                checked,
-            )
+            self.docs[slug][0] = retitled(self.docs[slug][0], "again")
             self._publish(slug)
 
     # ---- invariants and the end

@@ -130,6 +130,50 @@ def test_a_runtime_whose_claim_is_refused_for_good_exits_and_its_task_is_reaped(
         replay(lambda state, stages=stages: script(state, stages))
 
 
+def test_a_person_who_writes_the_same_mention_twice_is_not_steward_repeating_itself(run: Run) -> None:
+    """Was (seed 7, worker 3): `pull request acme/sim765#1 has a comment of Steward's twice`:
+    the check counted every comment on the pull request, and a person may well write the
+    same mention twice. The simulation's check, not Steward, was wrong: it counts Steward's."""
+
+    def script(state: ControlPlane) -> None:
+        steps: tuple[Callable[[], None], ...] = (
+            lambda: state.first_plan(titles=["Add a greeting"], max_attempts=1),
+            lambda: state.runtime_step(pick=0, stages=8, data=Outcomes({})),  # to review
+            lambda: state.ask(kind="mention", pick=0),
+            lambda: state.ask(kind="mention", pick=0),
+        )
+        for step in steps:
+            step()
+            state.holds()
+
+    replay(script)
+
+
+def test_an_ask_the_loop_refuses_holds_no_pull_request_back_at_the_end(run: Run) -> None:
+    """Was (seed 20261202, while the simulation gained a second repository): `no convergence:
+    plans [('p1', 'in_progress', ...)]`: an item deleted while its task ran keeps the task
+    as history, in review at the end; the end's reviewer asked it for a change, the loop
+    rightly refused the ask (the item is gone: no round), and the end waited for that round
+    to end before merging, for ever. The simulation's end, not Steward, was wrong."""
+
+    def script(state: ControlPlane) -> None:
+        steps: tuple[Callable[[], None], ...] = (
+            lambda: state.first_plan(
+                titles=["Log the errors", "Add a greeting"], max_attempts=2, places=["b", "", ""]
+            ),
+            lambda: state.edit(change="delete", pick=4),  # the first item, its task running
+            lambda: state.confirm(pick=0, stale=False),
+        )
+        for step in steps:
+            step()
+            state.holds()
+        plan = state.w.plans.get(USER, "p1")
+        assert plan is not None
+        assert [i.title for i in plan.items if i.removed] == ["Log the errors"]
+
+    replay(script)
+
+
 class Outcomes:
     """Stands in for Hypothesis's `data` in a replay: the outcome named for a stage, else ok."""
 

@@ -3,9 +3,10 @@ handlers, the GitHub twin, and fakes only for ECS, the model provider and time.
 
 Built once per run (`Run`): moto in-process with its DynamoDB serialized (README:
 "Testing notes"), the artifact bucket, the capability key, the twin (its webhooks withheld: the schedule
-delivers them itself, in the order and as often as it chooses) and the App's client. Built
-per schedule (`World`): fresh tables under a prefix of their own, a fresh repository on the
-twin, the clocks, the ECS fake, every service wired to them, and the runtimes the launcher
+delivers them itself, in the order and as often as it chooses) and its one installation.
+Built per schedule (`World`): fresh tables under a prefix of their own, two fresh
+repositories on the twin (both held by the installation, which is linked to the user: a
+plan's items may work in either), the App's client, the clocks, the ECS fake, every service wired to them, and the runtimes the launcher
 started, each walked through the runner's stages by the schedule over the real
 `/v1/runtime/*` routes and relay.
 """
@@ -195,13 +196,6 @@ class Run:
         self.twin.start()
         self.twin.withhold(True)  # the schedule delivers every webhook itself
         self.installation_id = self.twin.create_installation(OWNER, [])
-        self.app = GitHubApp(
-            self.twin.app_id,
-            self.twin.app_private_key_pem,
-            base_url=self.twin.url,
-            max_attempts=2,
-            sleep=_no_sleep,
-        )
         for name in (
             "",
             *(f"steward-{f}" for f in ("api", "relay", "runtime", "webhook", "heartbeat", "reaper")),
@@ -235,7 +229,8 @@ class Run:
             *(f"steward-{f}" for f in ("api", "relay", "runtime", "webhook", "heartbeat", "reaper")),
         ):
             logging.getLogger(name).removeHandler(self.logs)
-        self.app.close()
+        if self.world is not None:
+            self.world.app.close()
         self.twin.stop()
 
     @contextmanager
@@ -273,12 +268,39 @@ class Run:
     def new_world(self) -> World:
         self.count += 1
         self.board.reset()
+        if self.world is not None:
+            self.world.app.close()
         self.world = World(self, self.count)
         return self.world
 
 
 def _no_sleep(_: float) -> None:
     return None
+
+
+def _new_repo(twin: GitHubTwin, full_name: str) -> None:
+    """`full_name` on the twin as a new repository (one commit on main), whatever an earlier
+    schedule left under that name. The twin has no call to delete a repository: the earlier
+    one's records are dropped from its tables here (it leaves the installation with them;
+    `create_repo` replaces its git directory)."""
+    with twin._lock:
+        old = twin._repos.pop(full_name.lower(), None)
+        if old is not None:
+            twin._repos_by_id.pop(old.id, None)
+            twin._pulls.pop(old.id, None)
+            for installation in twin._installations.values():
+                if old.id in installation.repo_ids:
+                    installation.repo_ids.remove(old.id)
+            keyed: tuple[dict[Any, Any], ...] = (
+                twin._comments,
+                twin._reviews,
+                twin._check_runs,
+                twin._statuses,
+            )
+            for table in keyed:  # by (repository id, number or commit)
+                for key in [k for k in table if k[0] == old.id]:
+                    del table[key]
+    twin.create_repo(full_name, {"README.md": "# sim\n", "app.py": "print('hi')\n"})
 
 
 class World:
@@ -288,7 +310,15 @@ class World:
         self.run = run
         self.board = run.board
         self.clocks = Clocks()
-        self.repo = f"{OWNER}/sim{number}"
+        # The same names in every schedule, each repository new (`_new_repo`): an item's
+        # `repo:` line is part of its text, so of its key and its tasks' ids, which a replay
+        # of a schedule (shrinking, a regression test) must meet again.
+        self.number = number
+        self.repo = f"{OWNER}/sim"  # the plans' front matter repository
+        self.repo_b = f"{OWNER}/simb"  # an item's own (`repo:` in its details)
+        self.repos = (self.repo, self.repo_b)
+        # Held by no installation of the user: an item naming it is refused at publish (422).
+        self.unheld = f"{OWNER}/simx"
         for logical in run.table_names:
             run.backend_table(logical).items = defaultdict(dict)
         tables = run.tables
@@ -296,14 +326,26 @@ class World:
         self.logs_from = len(run.logs.lines)
         self.tables = tables
         self.twin = run.twin
-        self.twin.create_repo(self.repo, {"README.md": "# sim\n", "app.py": "print('hi')\n"})
-        # Earlier deliveries are other schedules'; this one's start with the repository's
-        # `installation_repositories` event (its effect is what the store already holds).
+        for repo in self.repos:
+            _new_repo(self.twin, repo)
+        # Its own App client: the App caches installation tokens by repository name, and a
+        # token of an earlier schedule's repository of the same name is not good for this one.
+        self.app = GitHubApp(
+            self.twin.app_id,
+            self.twin.app_private_key_pem,
+            base_url=self.twin.url,
+            max_attempts=2,
+            sleep=_no_sleep,
+        )
+        # Earlier deliveries are other schedules'; this one's start with the repositories'
+        # `installation_repositories` events, one each: the App was installed on the second
+        # after the first (their effect is what the store already holds).
         self.delivered_from = len(self.twin.deliveries)
-        self.twin.add_repos(run.installation_id, [self.repo])
+        for repo in self.repos:
+            self.twin.add_repos(run.installation_id, [repo])
         installations = InstallationStore(tables)
         installations.put(
-            Installation(installation_id=run.installation_id, account=OWNER, repositories=(self.repo,)),
+            Installation(installation_id=run.installation_id, account=OWNER, repositories=self.repos),
             now=T0,
         )
         installations.link(run.installation_id, USER, now=T0, force=True)
@@ -324,17 +366,23 @@ class World:
         self.tasks = TaskStore(tables)
         self.budget = BudgetStore(tables)
         artifacts = ArtifactStore(BUCKET, client=run.s3)
+        # With the installations, as the API wires it: publish refuses a repository (the front
+        # matter's or an item's) that no live installation of the user holds.
         self.plan_service = PlanService(
-            self.plans, settings.document_policy, tasks=self.tasks, clock=clock("api")
+            self.plans,
+            settings.document_policy,
+            tasks=self.tasks,
+            clock=clock("api"),
+            installations=installations,
         )
         self.task_service = TaskService(self.tasks, EventStore(tables), artifacts, clock=clock("api"))
         self.resync = Resync(
             self.tasks,
             installations,
-            github=lambda: run.app,
+            github=lambda: self.app,
             policy=ResyncPolicy(period=RESYNC_PERIOD, max_calls=10),
         )
-        self.withdrawals = Withdrawals(self.tasks, installations, github=lambda: run.app)
+        self.withdrawals = Withdrawals(self.tasks, installations, github=lambda: self.app)
         tickets = TicketStore(tables)
 
         def heartbeat(component: str) -> Heartbeat:
@@ -360,7 +408,12 @@ class World:
             clock=clock("webhook"),
         )
         self.runtime_service = RuntimeService(
-            self.tasks, artifacts, clock=clock("runtime"), github=lambda: run.app, installations=installations
+            self.tasks,
+            artifacts,
+            clock=clock("runtime"),
+            github=lambda: self.app,
+            installations=installations,
+            plans=self.plans,  # a claim answers with the plan's related pull requests
         )
         self.minter = Minter(
             tickets,
@@ -375,7 +428,7 @@ class World:
             verify=run.verifier.verify,
             tasks=self.tasks,
             installations=installations,
-            github=run.app,
+            github=self.app,
             clock=clock("runtime"),
         )
         self.provider = SimProvider()
@@ -447,10 +500,23 @@ class World:
             if runtime is not None:
                 runtime.alive = False
 
+    def task_repo(self, task_id: str) -> str:
+        """The repository of the task (its row's `repo`): where its runtime pushes and opens
+        its pull request, and where its rounds answer."""
+        row = next(r for r in self.rows("tasks") if r["task_id"] == task_id)
+        return str(row["repo"])
+
     def runtime_github(self, runtime: Runtime) -> InstallationClient:
+        """The runtime's GitHub client: its token, for its task's repository."""
         assert runtime.token is not None
-        token = InstallationToken(runtime.token, datetime.now(UTC) + timedelta(hours=1), self.repo)
+        repo = self.task_repo(runtime.task_id)
+        token = InstallationToken(runtime.token, datetime.now(UTC) + timedelta(hours=1), repo)
         return InstallationClient(lambda: token, base_url=self.twin.url, max_attempts=2, sleep=_no_sleep)
+
+    def pulls(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every pull request of both repositories as (repository, its state), oldest first
+        within each."""
+        return [(repo, pull) for repo in self.repos for pull in self.twin.pull_states(repo)]
 
     # ---- webhooks
     def pending_deliveries(self) -> list[Any]:
