@@ -132,3 +132,12 @@ def test_the_readme_configuration_table_names_every_setting() -> None:
     named = set(re.findall(r"STEWARD_[A-Z0-9_]+", section))
     missing = sorted(s.env for s in SETTINGS if s.env not in named)
     assert missing == []
+
+
+def test_reset_forgets_every_part_the_composition_root_built() -> None:
+    """A part left out of `wiring.reset` outlives its stack: a second local stack in the same
+    process (a test worker) would reach the first one's stopped endpoints through it."""
+    from steward import wiring  # noqa: PLC0415
+
+    cached = {name for name, value in vars(wiring).items() if callable(getattr(value, "cache_clear", None))}
+    assert cached == {builder.__name__ for builder in wiring._BUILDERS}

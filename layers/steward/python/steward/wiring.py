@@ -504,6 +504,7 @@ _BUILDERS: tuple[Callable[..., Any], ...] = (
     launcher,
     heartbeat,
     resync,
+    replies,
     withdrawals,
     loop_github,
     reaper,
