@@ -36,13 +36,15 @@ from tests.support.local_cli import local_up as stack_up
 RESYNC_SECONDS = 3  # the module's stack looks at GitHub for review tasks this often
 
 
-def run(state_file: Path, *args: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    state_file: Path, *args: str, user: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     extra = ["--user", user] if user else []
     return subprocess.run(
         [*STEWARD, "--state-file", str(state_file), *extra, *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         env=clean_env(),
         check=False,
     )
@@ -1002,7 +1004,9 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
     holder.kill()
     holder.wait(timeout=10)
     assert (tmp_path / "stack.lock").read_text().strip() == str(holder.pid)
-    result = run(tmp_path / "demo.json", "demo")
+    # The demo's third item waits for the first two to merge: under a loaded CI machine it
+    # takes longer than a minute; the demo itself gives up at 240 s.
+    result = run(tmp_path / "demo.json", "demo", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "every item became a reviewed, merged pull request (one after a follow-up round" in result.stdout
     # The first item's review was answered by a round on the same pull request before its merge.
