@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import sys
 import tempfile
+import threading
+import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -106,6 +110,9 @@ def _hang_file(worker: str) -> Path:
     return Path(os.environ[HANGS]) / f"{worker}.txt"
 
 
+_ARMED: dict[str, Any] = {}  # the running test's deadline and hang file, to re-arm after a cancel
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
     mark = item.get_closest_marker("timeout")
@@ -113,11 +120,58 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     with _hang_file(os.environ.get("PYTEST_XDIST_WORKER", "main")).open("w") as dump:
         dump.write(f"{item.nodeid} was still running {limit:.0f} s after it started:\n")
         dump.flush()
+        _ARMED.update(deadline=time.monotonic() + limit, dump=dump)
         faulthandler.dump_traceback_later(limit, exit=True, file=dump)
         try:
             yield
         finally:
+            _ARMED.clear()
             faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_exception_interact() -> None:
+    """pytest's own faulthandler plugin cancels every pending dump when a test phase fails
+    (for a debugger): armed again, so a teardown that hangs after a failure still ends."""
+    if _ARMED:
+        left = max(1.0, _ARMED["deadline"] - time.monotonic())
+        faulthandler.dump_traceback_later(left, exit=True, file=_ARMED["dump"])
+
+
+# The whole run's bound, in the process that hands out the work: a run still going after it
+# (a hang no test's own limit covers: a worker that never reports, a scheduler stuck after a
+# crash) names the tests that started and never finished, prints every worker's hang file,
+# and ends the run with a failure, well inside CI's own limit, instead of running into it.
+RUN_LIMIT_SECONDS = float(os.environ.get("STEWARD_TEST_RUN_LIMIT", "2400"))
+_STARTED: dict[str, float] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and session.config.getoption("dist", "no") != "no":
+        threading.Thread(target=_run_watchdog, name="run-watchdog", daemon=True).start()
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _STARTED[nodeid] = time.monotonic()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _STARTED.pop(nodeid, None)
+
+
+def _run_watchdog() -> None:
+    time.sleep(RUN_LIMIT_SECONDS)
+    now = time.monotonic()
+    lines = [f"\nthe test run is still going after {RUN_LIMIT_SECONDS:.0f} s; unfinished tests:"]
+    lines += [
+        f"  {nodeid} (for {now - at:.0f} s)" for nodeid, at in sorted(_STARTED.items(), key=lambda i: i[1])
+    ]
+    for dump in sorted(Path(os.environ.get(HANGS, "/nonexistent")).glob("*.txt")):
+        lines += [f"--- {dump.name}:", dump.read_text(errors="replace")[-4000:]]
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr)
+    os._exit(3)
 
 
 @pytest.hookimpl(optionalhook=True)

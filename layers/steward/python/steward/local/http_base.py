@@ -14,6 +14,11 @@ What they share, and why it is shared rather than left to each:
   `DRAIN_LIMIT`) before the 413, so that a client still sending reads the answer instead of
   a reset. A response to a request whose body was left unread closes the connection, so the
   body is never taken for the next request.
+* A listening socket that never blocks the accepting thread. `serve_forever` accepts after
+  its poll saw a connection waiting; a connection the client dropped in between leaves a
+  blocking `accept` waiting for the next one, and `shutdown()` (which waits for that thread)
+  waits with it, for ever in a test's teardown. Non-blocking, that accept fails at once and
+  the loop polls again; each accepted connection is blocking as usual.
 * Nothing about a request is logged: no access log, no header, body or exception message
   (requests carry bearer tokens, capabilities and App JWTs). A failed connection is logged
   at debug level by the exception's type only.
@@ -85,6 +90,12 @@ class LocalHttpServer(ThreadingHTTPServer, Generic[App]):
         self.tls = tls
         self._thread: threading.Thread | None = None
         super().__init__(address, handler)
+        self.socket.setblocking(False)  # see the module docstring
+
+    def get_request(self) -> tuple[Any, Any]:
+        request, client_address = super().get_request()
+        request.setblocking(True)
+        return request, client_address
 
     @property
     def url(self) -> str:
