@@ -299,12 +299,15 @@ class StewardStack(Stack):
                 actions=["secretsmanager:GetSecretValue"], resources=[storage.webhook_secret.secret_arn]
             )
         )
-        # Scheduler: send ticks. Heartbeat: its event source mapping reads the queue.
-        self.functions["scheduler"].role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["sqs:GetQueueUrl", "sqs:SendMessage"], resources=[queue.queue.queue_arn]
+        # Scheduler: send ticks; the API and the webhook receiver send one at a person's
+        # confirm, retry or follow-up ask (it starts work at once). Heartbeat: its event
+        # source mapping reads the queue.
+        for sender in ("scheduler", "api", "webhook"):
+            self.functions[sender].role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["sqs:GetQueueUrl", "sqs:SendMessage"], resources=[queue.queue.queue_arn]
+                )
             )
-        )
         # Heartbeat runs runtimes; heartbeat and reaper list, describe and stop them: only
         # tasks of the runner's definition in the runner's cluster.
         cluster_arn = runner.cluster.cluster_arn

@@ -72,7 +72,9 @@ def test_a_local_capability_fixture_stays_out_of_its_owners_way(
         base_url=state["api_url"], headers={"Authorization": f"Bearer {state['users']['alice']}"}, timeout=30
     )
     restored = {
-        k: v for k, v in api.get("/v1/loop").json().items() if k in ("interval_seconds", "max_parallel")
+        k: v
+        for k, v in api.get("/v1/loop").json().items()
+        if k in ("interval_seconds", "max_parallel", "paused")
     }
     assert api.put("/v1/loop", json={"interval_seconds": 1, "max_parallel": 1}).status_code == 200
     try:
@@ -107,14 +109,15 @@ def test_a_local_capability_fixture_stays_out_of_its_owners_way(
         task_id = item["task_id"]
         assert api.get(f"/v1/tasks/{task_id}").json()["kind"] == "work"
 
-        # Back to alice's own interval (60 s unless set): attempt 2 waits for a tick that
-        # the archive below comes before, so no second runtime starts on the shared stack.
-        assert api.put("/v1/loop", json=restored).status_code == 200
+        # Paused: a retry is a person's action that the interval no longer holds back, so
+        # attempt 2 waits for a resume that the archive below comes before, and no second
+        # runtime starts on the shared stack.
+        assert api.put("/v1/loop", json={**restored, "paused": True}).status_code == 200
         assert run(state_file, "task", "cancel", task_id).returncode == 0
         retried = run(state_file, "task", "retry", task_id)
         assert retried.returncode == 0, retried.stderr
         assert "retry requested for item #1 of plan neighbour: attempt 2 is queued" in retried.stdout
-        assert "the loop picks it up at its next tick" in retried.stdout
+        assert "the loop is paused: it spawns the attempt once resumed" in retried.stdout
         again = run(state_file, "--json", "task", "retry", task_id)  # until spawned: the same ask
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["queued_attempt"] == 2

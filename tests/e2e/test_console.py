@@ -513,6 +513,10 @@ def test_hidden_characters_show_as_escapes_and_a_failed_task_page_leads_with_why
         expect(page.locator("#summary h1 .status")).to_have_text("failed", timeout=60_000)
         expect(page.locator("#summary h1")).to_contain_text(shown_title)
         expect(page.locator("#outcome")).to_contain_text("Failed (")
+        expect(page.locator("#failure-code")).to_have_text(re.compile(r"^[a-z_]+$"))  # its code
+        expect(page.locator("#remedy")).to_contain_text(
+            re.compile(r"What to do \((you|the \w+|nobody.*)\): ")
+        )
         expect(page.locator("dl.facts dt:text-is('Pull request') + dd")).to_have_text("none")
         started = page.locator("#timeline li.started")
         expect(started).to_contain_text("The run started.")

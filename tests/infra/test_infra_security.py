@@ -140,13 +140,14 @@ def test_relay_role_holds_exactly_what_the_relay_calls(resources: dict[str, Any]
 
 
 def test_every_role_holds_its_tables_and_only_its_services(resources: dict[str, Any]) -> None:
+    # the API and the webhook receiver send a tick at a person's confirm, retry or ask
     allowed_services = {
-        "api": {"dynamodb", "logs", "s3"},
+        "api": {"dynamodb", "logs", "s3", "sqs"},
         "scheduler": {"dynamodb", "logs", "sqs"},
         "heartbeat": {"dynamodb", "logs", "sqs", "ecs", "iam", "secretsmanager"},
         "reaper": {"dynamodb", "logs", "ecs"},
         "relay": {"dynamodb", "logs", "kms", "bedrock"},
-        "webhook": {"dynamodb", "logs", "secretsmanager"},
+        "webhook": {"dynamodb", "logs", "secretsmanager", "sqs"},
         "runtime": {"dynamodb", "logs", "kms", "s3", "secretsmanager"},
     }
     for function in FUNCTIONS:

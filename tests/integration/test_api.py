@@ -40,6 +40,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         tables = Tables.connect(stack.state["table_prefix"], **endpoint)
         for user in ("alice", "carol"):
             link_installation(tables, user, DOCUMENT_REPO)
+        # These tests make alice's tasks themselves (`spawn_item`): her loop, which a confirm
+        # wakes at once, stays paused so it spawns none of its own.
+        paused = Api(stack.state["api_url"], stack.state["users"]["alice"])(
+            "PUT", "/v1/loop", {"paused": True}
+        )
+        assert paused.status_code == 200, paused.text
         yield stack
 
 
@@ -391,6 +397,7 @@ def test_cancel_and_retry(alice: Api, backend: Services) -> None:
     cancelled = alice("POST", f"/v1/tasks/{task.id}/cancel")
     assert cancelled.status_code == 200
     assert (cancelled.json()["status"], cancelled.json()["classification"]) == ("cancelled", "final")
+    assert cancelled.json()["failure"]["code"] == "cancelled"
     assert alice("POST", f"/v1/tasks/{task.id}/cancel").json()["status"] == "cancelled"
     retried = alice("POST", f"/v1/tasks/{task.id}/retry")
     assert retried.status_code == 202

@@ -660,6 +660,8 @@ def test_a_task_that_can_never_start_ends_failed_final_at_once(
         "final",
     )
     assert ended.reason == f"cannot start: no live GitHub App installation of the task's owner holds {REPO}"
+    assert ended.to_api()["failure"]["code"] == "installation_missing"
+    assert ended.to_api()["failure"]["who"] == "the operator"
     item = services.plans.get("alice", "demo").active_items[0]
     assert item.status is ItemStatus.FAILED
     assert next_spawn(item, max_attempts=3) is None  # the loop does not retry it
@@ -686,3 +688,4 @@ def test_an_unpriced_model_ends_its_task_for_good_and_a_suspended_installation_d
     assert ended.status is TaskStatus.FAILED
     assert ended.reason is not None
     assert ended.reason.startswith("cannot start: model 'no-such-model' is not in the price table")
+    assert ended.failure_code == "cannot_start"

@@ -84,13 +84,14 @@ def test_gates_pause_interval_and_quiet_hours(loop: Loop) -> None:
     assert tick(loop) is Outcome.PAUSED
     loop.settings("alice", paused=False, interval_seconds=600)
     assert tick(loop) is Outcome.WORKED
-    loop.services.plans.publish("alice", "second", document("B"))
-    loop.services.plans.confirm("alice", "second")
+    loop.settings("alice", max_parallel=4)  # a wake that is no person's approval
     assert tick(loop, 60) is Outcome.INTERVAL
     now = loop.clock()
     start, end = (now - timedelta(hours=1)).strftime("%H:%M"), (now + timedelta(hours=1)).strftime("%H:%M")
     loop.settings("alice", quiet_hours={"start": start, "end": end}, timezone="UTC")
-    assert tick(loop, 600) is Outcome.QUIET_HOURS
+    loop.services.plans.publish("alice", "second", document("B"))
+    loop.services.plans.confirm("alice", "second")  # an approval skips the interval, not quiet hours
+    assert tick(loop, 1) is Outcome.QUIET_HOURS
     assert len(all_tasks(loop)) == 1
     loop.settings("alice", enabled=False)
     assert tick(loop, 600) is Outcome.DISABLED
@@ -439,7 +440,11 @@ def test_confirming_an_edited_item_cancels_its_live_task_and_the_new_revision_sp
     assert fenced is not None
     assert fenced.status is after
     if after is TaskStatus.CANCELLED:
-        assert (fenced.reason, fenced.classification) == ("superseded", "final")
+        assert (fenced.reason, fenced.classification, fenced.failure_code) == (
+            "superseded",
+            "final",
+            "superseded",
+        )
         # the approval (one transaction, read back), then the old task read and cancelled
         assert dict(requests) == {"TransactWriteItems": 2, "GetItem": 2}
     else:
@@ -477,7 +482,11 @@ def test_a_crash_between_the_confirm_and_its_cancel_is_converged_by_the_next_tic
     assert tick(loop) is Outcome.WORKED
     fenced = loop.tasks.get(old.id)
     assert fenced is not None
-    assert (fenced.status, fenced.reason) == (TaskStatus.CANCELLED, "superseded")
+    assert (fenced.status, fenced.reason, fenced.failure_code) == (
+        TaskStatus.CANCELLED,
+        "superseded",
+        "superseded",
+    )
     assert fenced.launch_ref in {s["task"] for s in loop.ecs.stops}
     revisions = sorted(
         (int(t["revision"]), t["status"]) for t in all_tasks(loop) if t["item_key"] == old.item_key

@@ -2,7 +2,8 @@
 structure"): a chain across two repositories lands in order, each pull request in its own
 repository on a branch cut from the base as the merge left it, linked to its neighbours;
 `max_open_prs` holds the next item until a pull request merges; a predecessor closed unmerged
-blocks its dependents (the API says so) until a person retries it.
+blocks its dependents (the API says so) until a person retries it; a confirm starts work at
+once, whatever the loop's interval.
 
 The module's stack is its own: the tests count open pull requests and move `main`."""
 
@@ -14,9 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
+from steward.adapters.dynamo import Tables
+from steward.adapters.user_store import UserStore
 from steward.local.github_twin import admin
 from steward.local.sample_repo import SAMPLE_REPO, SECOND_REPO
-from steward.local.stack import LocalStack
+from steward.local.stack import LOCAL_REGION, LocalStack
 
 from tests.support.stack import local_stack
 
@@ -56,11 +59,14 @@ def note(name: str) -> dict[str, Any]:
     return {"tool": "write_file", "input": {"path": f"{name}.md", "content": f"# {name}\n"}}
 
 
-PLAYS = [
+PLAYS: list[dict[str, Any]] = [
     {"match": "ORDER-subtract", "summary": "Adds subtract.", "steps": [SUBTRACT, DONE, VERIFY]},
     {"match": "ORDER-test-subtract", "summary": "Tests subtract.", "steps": [TEST_SUBTRACT, DONE, VERIFY]},
     {"match": "ORDER-web", "summary": "Shows a difference.", "steps": [DIFFERENCE, DONE, VERIFY]},
-    *({"match": f"NOTE-{n}", "summary": f"Notes {n}.", "steps": [note(n), DONE, VERIFY]} for n in "abcd"),
+    *(
+        {"match": f"NOTE-{n}", "summary": f"Notes {n}.", "steps": [note(n), DONE, VERIFY]}
+        for n in (*"abcd", "prompt")
+    ),
 ]
 
 
@@ -208,3 +214,24 @@ def test_a_predecessor_closed_unmerged_blocks_its_dependent_until_a_person_retri
     assert retried["attempt"] == 2
     assert item(api, "blocked", 2)["waiting"]["reason"] == "after"
     assert api("GET", "/v1/plans/blocked")["blocked"] is False
+
+
+def test_a_confirm_starts_work_at_once_whatever_the_interval(
+    stack: LocalStack, api: Callable[..., Any]
+) -> None:
+    """An approval is not held back by the loop's interval gate (DESIGN 12): with an interval
+    of an hour and the loop's last tick just done, a confirmed plan's task still starts (the
+    API enqueues a tick, which the interval gate lets through)."""
+    users = UserStore(Tables.connect(stack.state["table_prefix"], region_name=LOCAL_REGION))
+    api("PUT", "/v1/loop", {"interval_seconds": 3600})
+    try:
+        # The loop has ticked since the stack started: the interval gate holds for an hour.
+        eventually(lambda: users.loop_state("alice").last_tick_at)
+        start(api, "prompt", "- [ ] NOTE-prompt: note prompt\n")
+        task_id = eventually(lambda: item(api, "prompt", 1)["task_id"])
+        task = eventually(lambda: (t := api("GET", f"/v1/tasks/{task_id}"))["status"] != "queued" and t)
+        assert task["status"] in ("running", "review")
+        if task["status"] == "running":
+            api("POST", f"/v1/tasks/{task_id}/cancel")  # its pull request is no test's
+    finally:
+        api("PUT", "/v1/loop", {"interval_seconds": 1})

@@ -53,6 +53,8 @@ def test_running_task_is_reaped_only_when_its_runtime_goes_silent(loop: Loop) ->
     assert loop.tasks.touch(task.id, runtime_id="r1", now=later, deadline=later + timedelta(seconds=180))
     assert loop.reaper.sweep(now + timedelta(seconds=200)) == []  # renewed in time
     assert loop.reaper.sweep(later + timedelta(seconds=181)) == [task.id]
+    reaped = loop.tasks.require(task.id)
+    assert (reaped.failure_code, reaped.to_api()["failure"]["who"]) == ("deadline", "nobody: Steward retries")
     assert not loop.tasks.touch(
         task.id, runtime_id="r1", now=later, deadline=later
     )  # the runtime learns it lost

@@ -90,6 +90,9 @@ ANNOTATE = {
     "tool": "replace_in_file",
     "input": {"path": "calculator.py", "old": "    return a + b\n", "new": "    return a + b  # the sum\n"},
 }
+# A check that fails on the sample repository's base: the file it names is not there yet.
+BASE_CHECK = "python -m pytest -q test_subtract.py"
+VERIFY_BASE = {"tool": "run_verification", "input": {"command": BASE_CHECK}}
 PLAYS = [
     # Follow-up rounds: a round's prompt holds its item's text too, so its plays come first.
     # A conflict round's prompt says the base was merged in and conflicts (Steward's words).
@@ -110,6 +113,11 @@ PLAYS = [
         "steps": [SUBTRACT, BROKEN_TEST, DONE, VERIFY, FIXED_TEST, DONE, VERIFY],
     },
     {"match": "PLAY-never", "steps": [SUBTRACT, BROKEN_TEST, DONE, VERIFY, DONE], "loop_from": 3},
+    {
+        "match": "PLAY-base-broken",
+        "steps": [SUBTRACT, BROKEN_TEST, DONE, VERIFY_BASE, DONE],
+        "loop_from": 3,
+    },
     {
         "match": "PLAY-hallucinated-once",
         "summary": "Adds subtract despite a wrong turn.",
@@ -236,12 +244,19 @@ def artifacts(stack: LocalStack) -> ArtifactStore:
 
 
 def plan(
-    slug: str, *items: str, budget: str = "0.50", model: str = "scripted-coder", follow_ups: int = 2
+    slug: str,
+    *items: str,
+    budget: str = "0.50",
+    model: str = "scripted-coder",
+    follow_ups: int = 2,
+    check: str = CHECK,
+    baseline: bool | None = None,
 ) -> str:
     boxes = "\n".join(f"- [ ] {item}" for item in items)
+    said = "" if baseline is None else f"baseline: {str(baseline).lower()}\n"
     return (
         f"---\nrepo: {SAMPLE_REPO}\nbase: main\nmodel: {model}\nbudget_usd: {budget}\n"
-        f"checks:\n  - {CHECK}\nmax_attempts: 1\nfollow_ups: {follow_ups}\n---\n# {slug}\n\n{boxes}\n"
+        f"checks:\n  - {check}\nmax_attempts: 1\nfollow_ups: {follow_ups}\n{said}---\n# {slug}\n\n{boxes}\n"
     )
 
 
@@ -334,7 +349,7 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
     assert kinds.count("finished") == 1
     assert "check" in kinds
     phases = [e["data"]["phase"] for e in events(alice, task_id) if e["type"] == "phase"]
-    assert phases[:3] == ["bootstrap", "tool_loop", "edit"]
+    assert phases[:4] == ["bootstrap", "baseline", "tool_loop", "edit"]
     assert {"verify", "summary", "checks", "publish"} <= set(phases)
     for name in (*ARTIFACT_NAMES, SCREEN_NAME):
         assert artifacts.exists(task_id, name), name
@@ -342,6 +357,10 @@ def test_a_run_publishes_a_pull_request_with_every_artifact(
     assert bootstrap["sandbox"]["mode"] == "bwrap"
     assert [s["stage"] for s in bootstrap["stages"]] == ["token", "clone", "sandbox"]
     assert all(s["status"] == "ok" and "duration_s" in s for s in bootstrap["stages"])
+    # The required checks ran on the untouched clone before the first model call, and passed.
+    (base,) = bootstrap["baseline"]
+    assert (base["command"], base["exit_code"], base["passed"]) == (CHECK, 0, True)
+    assert "passed" in base["output_tail"]
     assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
     assert "passed" in (artifacts.read_text(task_id, SCREEN_NAME) or "")
     assert_no_credentials(artifacts, task_id)
@@ -393,7 +412,12 @@ def test_a_failing_check_is_repaired_in_a_repair_round(alice: Alice, artifacts: 
     task = settled(alice, task_id)
     assert task["status"] == "review", task["reason"]
     checks = [e["data"] for e in events(alice, task_id) if e["type"] == "check"]
-    assert [(c["stage"], c["passed"]) for c in checks] == [("loop", False), ("loop", True), ("final", True)]
+    assert [(c["stage"], c["passed"]) for c in checks] == [
+        ("baseline", True),
+        ("loop", False),
+        ("loop", True),
+        ("final", True),
+    ]
     diff = artifacts.read_text(task_id, "diff.patch") or ""
     assert "== 2" in diff
     assert "== 3" not in diff
@@ -406,6 +430,7 @@ def test_a_check_that_never_passes_fails_the_task_final_and_keeps_the_work(
     task = settled(alice, task_id)
     assert (task["status"], task["classification"]) == ("failed", "final")
     assert "checks_failed" in task["reason"]
+    assert task["failure"]["code"] == "checks_never_passed"
     assert task["pr_url"] is None
     assert all(p["head"]["ref"] != task["branch"] for p in stack.twin.pulls(SAMPLE_REPO))
     assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
@@ -434,6 +459,7 @@ def test_repeated_invalid_calls_end_the_run_with_the_reason(alice: Alice, artifa
     task = settled(alice, task_id)
     assert (task["status"], task["classification"]) == ("failed", "final")
     assert "invalid_calls" in task["reason"]
+    assert (task["failure"]["code"], task["failure"]["who"]) == ("model_did_not_finish", "you")
     end = harness(artifacts, task_id)[-1]
     assert (end["kind"], end["end"]) == ("end", "invalid_calls")
 
@@ -450,6 +476,7 @@ def test_a_spent_budget_ends_the_run_as_a_budget_failure_with_the_work_kept(
     ), task["reason"]
     assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")
     assert float(task["cost_usd"]) <= 0.02
+    assert (task["failure"]["code"], task["failure"]["who"]) == ("budget_spent", "you")
 
 
 def test_cancelling_stops_the_runtime_and_its_check_promptly(stack: LocalStack, alice: Alice) -> None:
@@ -514,6 +541,7 @@ def test_an_item_no_play_matches_fails_final_at_its_first_model_call_saying_what
     assert "STEWARD_SCRIPTED_PLAYBOOK" in reason
     assert "set the plan's model to a real one (README: Playbooks)" in reason
     assert float(task["cost_usd"]) == 0  # the refused call was released, not charged
+    assert task["failure"]["code"] == "model_cannot_answer"
     entries = harness(artifacts, task_id)
     assert [e for e in entries if e["kind"] == "turn"] == []  # it ended at the first call
     item = alice("GET", "/v1/plans/run-no-play")["items"][0]
@@ -523,9 +551,9 @@ def test_an_item_no_play_matches_fails_final_at_its_first_model_call_saying_what
 class RefusingRelay:
     """The path between the runner and the stack's relay losing the request's `messages`
     on the way (as the shared-event race did): the real relay answers 400 for it. Counts the
-    calls it passed on."""
+    calls it passed on. With `refuse=False` it passes every call on as it is (a counter)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, refuse: bool = True) -> None:
         self.upstream = upstream.rstrip("/")
         self.calls = 0
         relay = self
@@ -533,7 +561,8 @@ class RefusingRelay:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                body.pop("messages", None)
+                if refuse:
+                    body.pop("messages", None)
                 relay.calls += 1
                 answer = httpx.post(
                     relay.upstream + self.path,
@@ -590,6 +619,7 @@ def test_a_request_the_relay_refuses_is_stewards_fault_recorded_and_retried(
     for task in attempts():
         settled(alice, task["id"])
         assert task["classification"] == "retryable", task["reason"]
+        assert task["failure"]["code"] == "relay_refused"
         assert task["reason"].startswith("Steward's fault, not the model's or the plan's"), task["reason"]
         assert "HTTP 400 bad_request: messages: Field required" in task["reason"]
         (finished,) = [e for e in events(alice, task["id"]) if e["type"] == "finished"]
@@ -602,6 +632,60 @@ def test_a_request_the_relay_refuses_is_stewards_fault_recorded_and_retried(
         assert refused["request_chars"] == len(refused["request"])
         assert_no_credentials(artifacts, task["id"])
     assert alice("GET", "/v1/plans/run-refused")["items"][0]["status"] == "failed"  # attempts spent
+
+
+@pytest.fixture
+def counted(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[RefusingRelay]:
+    """The runtimes this test launches reach the relay through a counter of their calls."""
+    launcher = wiring.launcher()
+    assert isinstance(launcher, LocalLauncher)
+    with RefusingRelay(stack.state["relay_http_url"], refuse=False) as relay:
+
+        def environment(task: Task, ticket: str) -> dict[str, str]:
+            return LocalLauncher.environment(launcher, task, ticket) | {"STEWARD_RELAY_URL": relay.url}
+
+        monkeypatch.setattr(launcher, "environment", environment)
+        yield relay
+
+
+def test_a_check_that_fails_on_the_base_ends_the_task_before_any_model_call(
+    alice: Alice, artifacts: ArtifactStore, counted: RefusingRelay
+) -> None:
+    (task_id,) = start(alice, "base-broken", "PLAY-base-broken: add subtract", check=BASE_CHECK)
+    task = settled(alice, task_id)
+    assert (task["status"], task["classification"]) == ("failed", "final"), task["reason"]
+    assert task["failure"]["code"] == "checks_fail_on_base"
+    assert task["failure"]["who"] == "the repository"
+    assert "baseline: false" in task["failure"]["remedy"]
+    assert f"`{BASE_CHECK}` (exit 4)" in task["reason"]
+    assert counted.calls == 0  # no model call at all: nothing was spent on a broken base
+    assert float(task["cost_usd"]) == 0
+    assert [e for e in harness(artifacts, task_id) if e["kind"] == "turn"] == []
+    bootstrap = json.loads(artifacts.read_text(task_id, "bootstrap.json") or "{}")
+    (base,) = bootstrap["baseline"]
+    assert (base["command"], base["exit_code"], base["passed"]) == (BASE_CHECK, 4, False)
+    assert "test_subtract.py" in base["output_tail"]  # pytest's "file or directory not found"
+    assert len(base["output_tail"]) <= 4096
+    phases = [e["data"]["phase"] for e in events(alice, task_id) if e["type"] == "phase"]
+    assert phases == ["bootstrap", "baseline"]
+
+
+def test_without_a_baseline_the_model_runs_and_a_check_failing_on_the_base_too_says_so(
+    alice: Alice, artifacts: ArtifactStore, counted: RefusingRelay
+) -> None:
+    (task_id,) = start(
+        alice, "base-broken-off", "PLAY-base-broken: add subtract", check=BASE_CHECK, baseline=False
+    )
+    task = settled(alice, task_id)
+    assert (task["status"], task["classification"]) == ("failed", "final"), task["reason"]
+    assert counted.calls > 0  # the model ran
+    assert task["failure"]["code"] == "checks_fail_on_base", task["reason"]
+    assert "fail on the base too" in task["reason"]
+    bootstrap = json.loads(artifacts.read_text(task_id, "bootstrap.json") or "{}")
+    assert "baseline" not in bootstrap  # nothing ran before the model
+    (base,) = bootstrap["base_checks"]  # the failing check, once more on the base commit
+    assert (base["command"], base["exit_code"], base["passed"]) == (BASE_CHECK, 4, False)
+    assert "def subtract" in (artifacts.read_text(task_id, "diff.patch") or "")  # the work is kept
 
 
 def test_the_example_plan_of_ones_own_runs_to_pull_requests_on_its_playbook(
@@ -633,6 +717,7 @@ def test_a_model_of_ones_own_is_charged_at_the_price_table_of_ones_own(
     (task_id,) = start(alice, "run-own-model", "Say what you would change", model=OWN_MODEL)
     task = settled(alice, task_id)
     assert task["status"] == "failed", task["reason"]  # it changed nothing: the run ends
+    assert task["failure"]["code"] == "model_did_not_finish"
     calls = [r.body for r in openai_server.requests]  # only this test uses the model
     assert calls, task["reason"]
     assert all(body["model"] == "coder-7b" for body in calls)
@@ -739,6 +824,7 @@ def test_a_round_whose_checks_fail_leaves_the_branch_and_the_pull_request_as_the
     round_id = _round_of(alice, parent, 1)
     ended = settled(alice, round_id)
     assert (ended["status"], ended["classification"]) == ("failed", "final"), ended
+    assert ended["failure"]["code"] == "checks_never_passed"
     assert _branch_head(stack, number) == first["head_sha"]
     parent_now = alice("GET", f"/v1/tasks/{parent}")
     assert (parent_now["status"], parent_now["head_sha"], parent_now["pr_url"]) == (
@@ -797,7 +883,7 @@ def test_an_ask_that_starts_no_round_is_answered_once_per_reason(stack: LocalSta
 
 
 def test_an_item_whose_pull_request_conflicts_after_another_merged_is_merged_with_its_base_by_a_round(
-    stack: LocalStack, alice: Alice
+    stack: LocalStack, alice: Alice, artifacts: ArtifactStore
 ) -> None:
     """Two items change one line; the first is merged; the second's pull request no longer
     merges (GitHub says `mergeable: false`, and refuses the merge with 405). A round merges the
@@ -815,6 +901,10 @@ def test_an_item_whose_pull_request_conflicts_after_another_merged_is_merged_wit
     round_id = _round_of(alice, second, 1)
     answered = settled(alice, round_id)
     assert answered["status"] == "answered", answered
+    # The round's baseline (its branch with the base merged in, conflicts and all) fails: a
+    # round goes on, since that is what it is there to fix.
+    bootstrap = json.loads(artifacts.read_text(round_id, "bootstrap.json") or "{}")
+    assert [(b["command"], b["passed"]) for b in bootstrap["baseline"]] == [(CHECK, False)]
     [asked] = [e["data"] for e in events(alice, second) if e["type"] == "follow_up_asked"]
     assert (asked["kind"], asked["base_ref"]) == ("conflict", "main")
     # The new head is a merge of the old head and the base (the branch's history only grew).

@@ -23,6 +23,7 @@ from steward.adapters.capability_signer import KmsCapabilitySigner, kms_client
 from steward.adapters.runtime_api import RuntimeApi, RuntimeApiError
 from steward.config import Settings
 from steward.domain.capability import capability_claims
+from steward.domain.failures import FailureCode
 from steward.domain.models import Fault, Task, TaskStatus, utcnow
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
@@ -99,7 +100,9 @@ def test_an_artifact_that_cannot_be_redacted_is_not_written_and_the_ending_says_
 ) -> None:
     run = make_run(services, control, running, FailingRedactor())
     run.records.harness.append({"kind": "turn", "text": "unredactable"})
-    reason = run._fail(tmp_path / "no-clone", "the model did not finish", "final")
+    reason = run._fail(
+        tmp_path / "no-clone", "the model did not finish", "final", FailureCode.MODEL_DID_NOT_FINISH
+    )
     assert reason == "failed"
     store = services.tasks.artifacts
     assert not store.exists(running.id, "harness.json")
@@ -114,6 +117,8 @@ def test_an_artifact_that_cannot_be_redacted_is_not_written_and_the_ending_says_
         "final",
         "the model did not finish",
     )
+    assert task.failure_code == "model_did_not_finish"
+    assert finished["data"]["code"] == "model_did_not_finish"
 
 
 def test_secrets_the_runtime_holds_never_reach_an_artifact(
@@ -122,7 +127,10 @@ def test_secrets_the_runtime_holds_never_reach_an_artifact(
     run = make_run(services, control, running, Redactor(["ticket-value"]))
     capability = run.capability
     run.records.bootstrap["note"] = f"ticket-value {capability} ghs_" + "x" * 36
-    assert run._fail(tmp_path / "no-clone", f"failed with {capability}", "retryable") == "failed"
+    assert (
+        run._fail(tmp_path / "no-clone", f"failed with {capability}", "retryable", FailureCode.RUNNER_ERROR)
+        == "failed"
+    )
     store = services.tasks.artifacts
     for name in ("bootstrap.json", "harness.json", SCREEN_NAME):
         text = store.read_text(running.id, name) or ""
@@ -141,7 +149,7 @@ def test_a_task_cancelled_meanwhile_is_not_written_again(
     seen = events(services, running)
     run = make_run(services, control, running, Redactor())
     run.emit("phase", {"phase": "checks"})  # refused (409) and logged, never written
-    assert run._fail(tmp_path / "no-clone", "late failure", "final") == "cancelled"
+    assert run._fail(tmp_path / "no-clone", "late failure", "final", FailureCode.RUNNER_ERROR) == "cancelled"
     assert services.tasks.tasks.require(running.id) == cancelled
     assert events(services, running) == seen
     assert services.tasks.artifacts.exists(running.id, "harness.json")  # the run's record stays
@@ -253,7 +261,10 @@ def test_an_ending_the_relay_refused_is_counted_once_for_the_alarm(
     run = make_run(services, metered, running, Redactor())
     capsys.readouterr()
     reason = "Steward's fault, not the model's or the plan's: the relay refused the runner's own request"
-    assert run._fail(tmp_path / "no-clone", reason, "retryable", fault=Fault.RELAY_REFUSED) == "failed"
+    ended = run._fail(
+        tmp_path / "no-clone", reason, "retryable", FailureCode.RELAY_REFUSED, fault=Fault.RELAY_REFUSED
+    )
+    assert ended == "failed"
     (blob,) = emitted(capsys.readouterr().out, runtime_handler.REFUSED_METRIC)
     assert blob[runtime_handler.REFUSED_METRIC] == [1.0]
     assert blob["service"] == "runtime"
@@ -262,6 +273,7 @@ def test_an_ending_the_relay_refused_is_counted_once_for_the_alarm(
     task = services.tasks.tasks.require(running.id)
     assert (task.status, task.classification) == (TaskStatus.FAILED, "retryable")
     assert events(services, running)[-1]["data"]["fault"] == "relay_refused"
+    assert task.failure_code == "relay_refused"
     # A replay of the same ending changes nothing and counts nothing.
     ending = {"status": "failed", "classification": "retryable", "reason": reason, "fault": "relay_refused"}
     assert run.api.finish(run.capability, run.runtime_id, ending) == "failed"
@@ -287,3 +299,40 @@ def test_an_ending_with_a_fault_it_cannot_have_is_refused_naming_the_field(
         assert (refused.value.status, refused.value.code) == (400, "bad_request"), body
         assert refused.value.detail.startswith(f"{field}:"), (body, refused.value.detail)
     assert services.tasks.tasks.require(running.id).status is TaskStatus.RUNNING
+
+
+# (an ending carrying a failure code it cannot have, the words the 400 names)
+BAD_CODES: list[dict[str, Any]] = [
+    {
+        "status": "review",
+        "pr_url": "https://github.example/o/r/pull/1",
+        "pr_number": 1,
+        "code": "budget_spent",
+    },
+    {"status": "failed", "classification": "final", "reason": "x", "code": "no_such_code"},
+    {"status": "failed", "classification": "final", "reason": "x", "code": 7},
+]
+
+
+def test_an_ending_with_a_code_it_cannot_have_is_refused_naming_the_field(
+    services: Services, control: Control, running: Task
+) -> None:
+    run = make_run(services, control, running, Redactor())
+    for body in BAD_CODES:
+        with pytest.raises(RuntimeApiError) as refused:
+            run.api.finish(run.capability, run.runtime_id, body)
+        assert (refused.value.status, refused.value.code) == (400, "bad_request"), body
+        assert refused.value.detail.startswith("code:"), (body, refused.value.detail)
+    assert services.tasks.tasks.require(running.id).status is TaskStatus.RUNNING
+
+
+def test_an_ending_without_a_code_from_an_older_runner_stores_none(
+    services: Services, control: Control, running: Task
+) -> None:
+    run = make_run(services, control, running, Redactor())
+    ending = {"status": "failed", "classification": "final", "reason": "the checks failed"}
+    assert run.api.finish(run.capability, run.runtime_id, ending) == "failed"
+    task = services.tasks.tasks.require(running.id)
+    assert task.failure_code is None
+    failure = task.to_api()["failure"]
+    assert (failure["code"], failure["detail"]) == ("unrecorded", "the checks failed")

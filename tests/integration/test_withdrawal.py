@@ -33,8 +33,8 @@ from steward.services.resync import Resync
 from steward.services.webhooks import WebhookReceiver
 from steward.services.withdrawal import Withdrawals
 
-from tests.support.documents import document, numbered
-from tests.support.loop import Loop, build_loop
+from tests.support.documents import numbered
+from tests.support.loop import Loop, build_loop, open_reviews
 
 REPO = "octo/demo"
 SECRET = "withdrawal-test-secret"
@@ -148,32 +148,7 @@ def send(receiver: WebhookReceiver, delivery: Delivery) -> str:
 
 
 def in_review(loop: Loop, twin: GitHubTwin, app: GitHubApp, installation: int, *titles: str) -> list[Task]:
-    """A confirmed plan whose tasks each pushed their branch, opened their pull request and
-    finished in review (the opening deliveries are dropped: the finish already said so)."""
-    loop.services.plans.publish("alice", "demo", document(*titles, repo=REPO))
-    loop.services.plans.confirm("alice", "demo")
-    tick(loop)
-    reviewed = []
-    for queued in sorted(loop.tasks.live_for_user("alice"), key=lambda t: t.ordinal):
-        now = loop.clock()
-        running = loop.tasks.claim(
-            queued, runtime_id=f"r-{queued.id}", now=now, deadline=now + timedelta(hours=1)
-        )
-        token = app.installation_token(installation, REPO).token
-        twin.push(token, REPO, running.branch, {f"{running.branch}.txt": "done\n"})  # merges apart
-        pull = app.open_pull(
-            installation, REPO, head=running.branch, base="main", title=running.title, body=""
-        )
-        task, _ = loop.tasks.transition(
-            running,
-            TaskStatus.REVIEW,
-            now=now,
-            event="finished",
-            extra={"pr_number": pull.number, "pr_url": pull.url},
-        )
-        loop.tasks.project_item(task, now=now)
-        reviewed.append(task)
-    return reviewed
+    return open_reviews(loop, twin, app, installation, titles, repo=REPO)
 
 
 def event_types(loop: Loop, task_id: str) -> list[str]:

@@ -141,7 +141,10 @@ class FakeApi:
 @pytest.mark.parametrize(
     ("loop", "when"),
     [
-        ({"enabled": True, "paused": False, "interval_seconds": 30}, "at its next tick (every 30 s)"),
+        (
+            {"enabled": True, "paused": False, "interval_seconds": 30},
+            "the loop starts it at its next tick, at once",
+        ),
         ({"enabled": True, "paused": True, "interval_seconds": 30}, "the loop is paused"),
         ({"enabled": False, "paused": False, "interval_seconds": 30}, "the loop is disabled"),
     ],

@@ -205,3 +205,19 @@ def test_tasks_of_a_plan_are_listed_by_item_then_attempt(
         ("0", "2", "1"),
         ("4", "3", "1"),
     ]
+
+
+def test_task_show_says_the_failure_code_what_to_do_and_who_must_act() -> None:
+    failure = {"code": "checks_fail_on_base", "remedy": "Make it pass on the base.", "who": "the repository"}
+    task = {
+        "id": "t" + "3" * 24,
+        "status": "failed",
+        "reason": "pytest -q fails on the base",
+        "failure": failure,
+    }
+    lines = render_task(task).splitlines()
+    assert "failure:        checks_fail_on_base" in lines
+    assert "what to do:     Make it pass on the base. (who: the repository)" in lines
+    assert not [
+        line for line in render_task({"id": "t", "status": "review"}).splitlines() if "failure" in line
+    ]

@@ -280,6 +280,30 @@ def test_bad_follow_ups(rounds: str) -> None:
     fm_reject("repo: a/b", "checks: [x]", f"follow_ups: {rounds}", field="front_matter.follow_ups", line=4)
 
 
+def test_baseline_defaults_to_true_and_is_covered_by_the_hash_only_when_false() -> None:
+    plain = doc("- [ ] one\n", front("repo: a/b", "checks: [x]"))
+    assert parse_document(plain).front_matter.baseline is True
+    said = doc("- [ ] one\n", front("repo: a/b", "checks: [x]", "baseline: true"))
+    off = doc("- [ ] one\n", front("repo: a/b", "checks: [x]", "baseline: false"))
+    nulled = doc("- [ ] one\n", front("repo: a/b", "checks: [x]", "baseline: ~"))
+    assert parse_document(off).front_matter.baseline is False
+    assert parse_document(nulled).front_matter.baseline is True
+    # A plan approved before the key existed keeps its hash; turning the baseline off is new.
+    assert hash_of(said) == hash_of(plain) == hash_of(nulled)
+    assert hash_of(off) != hash_of(plain)
+
+
+@pytest.mark.parametrize("value", ["'true'", "yes please", "1", "0", "[]", "{a: 1}"])
+def test_bad_baseline(value: str) -> None:
+    error = fm_reject("repo: a/b", "checks: [x]", f"baseline: {value}", field="front_matter.baseline", line=4)
+    assert "baseline must be true or false" in error.message
+
+
+def test_an_unknown_key_near_baseline_names_it() -> None:
+    error = fm_reject("repo: a/b", "checks: [x]", "baselin: false", field="front_matter.baselin", line=4)
+    assert "did you mean 'baseline'?" in error.message
+
+
 @pytest.mark.parametrize(
     "changed",
     [

@@ -99,6 +99,50 @@ def test_interval_compares_instants_not_wall_clocks() -> None:
     assert check(settings, last_tick_at=last, now=later.astimezone(UTC) + timedelta(minutes=4)) is Gate.OPEN
 
 
+# A person's action since the last working tick (`nudged`) skips the interval gate, and only
+# it: (settings, ticked 10 s ago?, nudged) -> the gate. 23:00 UTC, quiet 22:00-06:00 where set.
+NUDGE_ROWS = [
+    ({"interval_seconds": 60}, True, False, Gate.INTERVAL),
+    ({"interval_seconds": 60}, True, True, Gate.OPEN),
+    ({"interval_seconds": 86_400}, True, True, Gate.OPEN),
+    ({"interval_seconds": 60}, False, True, Gate.OPEN),
+    ({"interval_seconds": 60, "enabled": False}, True, True, Gate.DISABLED),
+    ({"interval_seconds": 60, "paused": True}, True, True, Gate.PAUSED),
+    (
+        {"interval_seconds": 60, "quiet_hours": QuietHours(start="22:00", end="06:00")},
+        True,
+        True,
+        Gate.QUIET_HOURS,
+    ),
+    (
+        {"interval_seconds": 60, "quiet_hours": QuietHours(start="22:00", end="06:00")},
+        False,
+        True,
+        Gate.QUIET_HOURS,
+    ),
+    (
+        {"interval_seconds": 60, "quiet_hours": QuietHours(start="22:00", end="06:00")},
+        True,
+        False,
+        Gate.INTERVAL,
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "ticked", "nudged", "gate"), NUDGE_ROWS)
+def test_a_persons_action_skips_only_the_interval_gate(
+    fields: dict[str, object], ticked: bool, nudged: bool, gate: Gate
+) -> None:
+    now = utc(2026, 1, 1, 23)
+    last = now - timedelta(seconds=10) if ticked else None
+    assert check(LoopSettings.model_validate(fields), last_tick_at=last, now=now, nudged=nudged) is gate
+
+
+def test_not_nudged_is_the_default() -> None:
+    now = utc(2026, 1, 1, 12)
+    assert check(loop(), last_tick_at=now, now=now) is Gate.INTERVAL
+
+
 def test_naive_datetimes_are_refused() -> None:
     with pytest.raises(ValueError, match="aware"):
         check(loop(), last_tick_at=None, now=datetime(2026, 1, 1))

@@ -337,7 +337,8 @@ def test_the_related_section_links_each_neighbour_and_is_rewritten_in_place() ->
     assert "[octo/web pull request](https://github.test/octo/web/pull/3)" in now_linked
     assert "no pull request yet" not in now_linked
     assert now_linked.count(RELATED_END) == 1
-    assert now_linked.startswith("Did it. " + RELATED_START)  # the summary's text is left alone
+    # the summary's text is left alone, a marker the model wrote in it made inert
+    assert now_linked.startswith("Did it. &lt;!-- steward:related --&gt;")
     assert (
         with_related(now_linked, related_section("p", order.related(plan, first, {t1.id: t1, t2.id: t2})))
         == now_linked

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,10 @@ def test_every_name_exists(module: str, attribute: str) -> None:
     for part in attribute.split("."):
         assert hasattr(found, part), f"{module}:{attribute} does not exist"
         found = getattr(found, part)
+
+
+def test_the_failure_table_is_the_codes() -> None:
+    """README: "The view on GitHub" shows `steward.domain.failures`' table as the code has it."""
+    tool = README.parent / "tools" / "failure_table.py"
+    done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

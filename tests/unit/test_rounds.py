@@ -30,6 +30,7 @@ from steward.domain.reconcile import (
     StartRound,
     reconcile,
 )
+from steward.domain.status_comment import shown_key
 from steward.domain.tasks import round_for
 from steward.runner.harness import task_prompt
 from steward.runner.run import has_conflict_markers
@@ -217,7 +218,8 @@ def test_a_decided_reply_is_written_by_the_loop_and_keeps_it_looking_until_it_is
     assert not decision.settles
     refused = reconcile([plan], [in_review(ask(), follow_ups=0)[1]], NOW, OPEN)
     assert not refused.settles  # the refusal's reply, or the next ask, is for the next tick
-    assert reconcile([plan], [task], NOW, OPEN).settles
+    shown = task.model_copy(update={"status_shown": shown_key(task)})  # its status comment is current
+    assert reconcile([plan], [shown], NOW, OPEN).settles
 
 
 # Texts others write that try to end the fence early and speak as Steward.

@@ -217,21 +217,19 @@ def cmd_task_cancel(args: argparse.Namespace) -> int:
 
 def cmd_task_retry(args: argparse.Namespace) -> int:
     """Ask for another attempt of a finished task's item. The API answers with the task
-    retried; the loop spawns attempt + 1 at its next tick (an explicit retry is not bounded
+    retried; the loop spawns attempt + 1 at its next tick, at once (an explicit retry is not bounded
     by max_attempts), unless the loop is paused or disabled."""
     client = _client(args)
     result = client.request("POST", f"/v1/tasks/{args.id}/retry")
     task = result.get("task", result)
     queued = result.get("queued_attempt") or int(task["attempt"]) + 1
     loop: dict[str, Any] = client.request("GET", "/v1/loop") or {}
-    interval = loop.get("interval_seconds")
     if loop.get("enabled") is False:
         when = "the loop is disabled: it spawns the attempt once enabled (`steward loop set --enabled true`)"
     elif loop.get("paused"):
         when = "the loop is paused: it spawns the attempt once resumed (`steward loop resume`)"
-    else:
-        every = f" (every {interval} s)" if interval else ""
-        when = f"the loop picks it up at its next tick{every}"
+    else:  # a person's retry is not held back by the loop's interval
+        when = "the loop starts it at its next tick, at once"
     data = {**result, "queued_attempt": queued}
 
     def render(_: Any) -> str:

@@ -272,6 +272,11 @@ def render_task(task: dict[str, Any]) -> str:
         )
     if "waiting" in task:
         lines.append(f"{'waiting:':16}{waiting_text(task['waiting'])}")
+    if failure := task.get("failure"):
+        lines.append(f"{'failure:':16}{visible(str(failure['code']))}")
+        lines.append(
+            f"{'what to do:':16}{visible(str(failure['remedy']))} (who: {visible(str(failure['who']))})"
+        )
     return "\n".join(lines)
 
 

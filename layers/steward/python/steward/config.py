@@ -181,7 +181,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_QUEUE_PREFIX",
         "queue_prefix",
-        {"scheduler"},
+        {"scheduler", "api", "webhook"},
         doc="name prefix of the heartbeat queue (default: the table prefix)",
     ),
     _setting(
@@ -286,7 +286,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_GITHUB_APP_SLUG",
         "github_app_slug",
-        {"webhook"},
+        {"webhook", "heartbeat"},
         parse=_text,
         doc="the GitHub App's slug: `@<slug>` in a pull request comment addresses Steward (default steward)",
     ),
@@ -387,6 +387,12 @@ SETTINGS: tuple[Setting, ...] = (
         doc="the OIDC token endpoint the console exchanges its code at (sign-in `oidc`)",
     ),
     _setting(
+        "STEWARD_CONSOLE_URL",
+        "console_url",
+        {"heartbeat"},
+        doc="the web console's address: the pull request's status comment links the task's page there",
+    ),
+    _setting(
         "STEWARD_RUNTIME_LOG_DIR",
         "runtime_log_dir",
         LAUNCHING,
@@ -463,6 +469,7 @@ class Settings:
     console_client_id: str | None = None
     console_authorize_url: str | None = None
     console_token_url: str | None = None
+    console_url: str | None = None
     runtime_log_dir: str | None = None
     region: str | None = None
     runtime_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from steward.adapters.github import GitHubApp
     from steward.adapters.installation_store import InstallationStore
     from steward.adapters.liveness import LivenessIndex
-    from steward.adapters.queue import HeartbeatQueue
+    from steward.adapters.queue import HeartbeatQueue, TickNow
     from steward.adapters.user_store import UserStore
     from steward.domain.launch import Launcher
     from steward.domain.prices import PriceTable
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from steward.services.replies import Replies
     from steward.services.resync import Resync
     from steward.services.runtime import RuntimeService
+    from steward.services.status_comments import StatusComments
     from steward.services.tasks import TaskService
     from steward.services.webhooks import WebhookReceiver
     from steward.services.withdrawal import Withdrawals
@@ -93,9 +94,17 @@ class Services:
 
     @classmethod
     def build(
-        cls, settings: Settings, tables: Tables, artifacts: ArtifactStore, *, publish_checks: bool = False
+        cls,
+        settings: Settings,
+        tables: Tables,
+        artifacts: ArtifactStore,
+        *,
+        publish_checks: bool = False,
+        tick_now: Callable[[str], object] | None = None,
     ) -> Services:
         """The API's parts over the given tables and artifact store (tests build their own).
+        `tick_now`: enqueues a tick for a user right after a person's confirm or retry
+        (`tick_now()` for the API; None: the scheduler's next window ticks them).
 
         With `publish_checks` (the API's own `api_services`), publish also refuses a
         repository no live installation of the user holds, an unpriced model and a budget
@@ -121,12 +130,13 @@ class Services:
             installations=installations if publish_checks else None,
             prices=(lambda: load_price_table(settings.price_table)) if publish_checks else None,
             documents=artifacts,
+            tick_now=tick_now,
         )
         return cls(
             settings=settings,
             tables=tables,
             plans=plans,
-            tasks=TaskService(tasks, EventStore(tables), artifacts),
+            tasks=TaskService(tasks, EventStore(tables), artifacts, tick_now=tick_now),
             users=UserStore(tables),
             installations=installations,
         )
@@ -137,7 +147,9 @@ def api_services() -> Services:
     from steward.adapters.artifact_store import ArtifactStore  # noqa: PLC0415
 
     s = settings()
-    return Services.build(s, tables(), ArtifactStore(s.artifacts_bucket), publish_checks=True)
+    return Services.build(
+        s, tables(), ArtifactStore(s.artifacts_bucket), publish_checks=True, tick_now=tick_now()
+    )
 
 
 # ---- relay
@@ -310,6 +322,7 @@ def webhook_receiver() -> WebhookReceiver:
         app_slug=s.github_app_slug,
         # a conversation comment's pull request is read on GitHub (unset App: such comments are ignored)
         pulls=loop_github if s.github_app_id is not None else None,
+        tick_now=tick_now(),
     )
 
 
@@ -325,17 +338,33 @@ class SchedulerParts:
 
 @cache
 def scheduler() -> SchedulerParts:
-    from steward.adapters import aws  # noqa: PLC0415
     from steward.adapters.liveness import LivenessIndex  # noqa: PLC0415
+
+    return SchedulerParts(
+        index=LivenessIndex(tables()), queue=heartbeat_queue(), period_seconds=settings().tick_seconds
+    )
+
+
+@cache
+def heartbeat_queue() -> HeartbeatQueue:
+    """The heartbeat FIFO queue (one GetQueueUrl, then cached): the scheduler's fan-out and
+    the ticks of people's actions (`tick_now`)."""
+    from steward.adapters import aws  # noqa: PLC0415
     from steward.adapters.queue import HeartbeatQueue, queue_url  # noqa: PLC0415
 
-    s = settings()
     sqs = aws.client("sqs")
-    return SchedulerParts(
-        index=LivenessIndex(tables()),
-        queue=HeartbeatQueue(queue_url(sqs, s.heartbeat_queue_prefix), client=sqs),
-        period_seconds=s.tick_seconds,
-    )
+    return HeartbeatQueue(queue_url(sqs, settings().heartbeat_queue_prefix), client=sqs)
+
+
+@cache
+def tick_now() -> TickNow:
+    """A tick for a user right after a person's action (a confirm, a retry: the API; a
+    follow-up ask: the webhook receiver), so an approval starts work at once rather than at
+    the scheduler's next period. The queue is looked up at the first such tick; a failure is
+    logged, never raised (`steward.adapters.queue:TickNow`)."""
+    from steward.adapters.queue import TickNow  # noqa: PLC0415
+
+    return TickNow(heartbeat_queue)
 
 
 @cache
@@ -385,6 +414,7 @@ def heartbeat() -> Heartbeat:
         resync=resync(),
         withdrawals=withdrawals(),
         replies=replies(),
+        status_comments=status_comments(),
         brake=brake().engaged,
     )
 
@@ -423,6 +453,27 @@ def replies() -> Replies | None:
     if settings().github_app_id is None:
         return None
     return Replies(TaskStore(t), InstallationStore(t), github=loop_github, plans=PlanStore(t))
+
+
+@cache
+def status_comments() -> StatusComments:
+    """The status comments on pull requests (none written where no GitHub App is configured)."""
+    from steward.adapters.event_store import EventStore  # noqa: PLC0415
+    from steward.adapters.installation_store import InstallationStore  # noqa: PLC0415
+    from steward.adapters.plan_store import PlanStore  # noqa: PLC0415
+    from steward.adapters.task_store import TaskStore  # noqa: PLC0415
+    from steward.services.status_comments import StatusComments  # noqa: PLC0415
+
+    s, t = settings(), tables()
+    return StatusComments(
+        TaskStore(t),
+        EventStore(t),
+        PlanStore(t),
+        InstallationStore(t),
+        github=loop_github if s.github_app_id is not None else None,
+        console_url=s.console_url,
+        app_slug=s.github_app_slug,
+    )
 
 
 @cache
@@ -501,10 +552,13 @@ _BUILDERS: tuple[Callable[..., Any], ...] = (
     github_tokens,
     webhook_receiver,
     scheduler,
+    heartbeat_queue,
+    tick_now,
     launcher,
     heartbeat,
     resync,
     replies,
+    status_comments,
     withdrawals,
     loop_github,
     reaper,

@@ -481,6 +481,23 @@ class RepositoryClient:
 
         return self._call(f"comment on #{number} of {repo}", call, repeatable=False)
 
+    def edit_comment(self, installation_id: int, repo: str, comment_id: int, body: str) -> bool:
+        """Replace the body of comment `comment_id` (the same body again changes nothing);
+        False when it no longer exists (a person deleted it)."""
+        owner, name = split_repo(repo)
+        headers = self._api_headers(installation_id, repo)
+
+        def call() -> None:
+            self._gh.rest.issues.update_comment(owner, name, comment_id, body=body, headers=headers)
+
+        try:
+            self._call(f"edit comment {comment_id} of {repo}", call)
+        except GitHubError as exc:
+            if exc.upstream_status == 404:
+                return False
+            raise
+        return True
+
     # ---- what was said and run on a pull request (resync reads the asks a lost delivery
     # carried; each method is one call as resync counts them, at most `_READ_PAGES` pages)
 

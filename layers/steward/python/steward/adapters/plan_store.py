@@ -256,10 +256,12 @@ class PlanStore:
         extra_values: dict[str, Any] | None = None,
         noop: Any = None,
         wake: bool = False,
+        person: bool = False,
     ) -> Plan:
         """One conditional UpdateItem. On a failed condition the old item (returned with the
         failure, no extra read) decides: already there is success, anything else is the
-        lifecycle error `rule` raises, or NotFound."""
+        lifecycle error `rule` raises, or NotFound. `wake`: with the loop's wake-up, in one
+        transaction; `person`: an approval that starts work at once (`wake_update`)."""
         names = {"#s": "status", "#v": "version", "#u": "user"}
         values: dict[str, Any] = {
             ":target": target.value,
@@ -279,7 +281,7 @@ class PlanStore:
         }
         try:
             if wake:
-                return self._update_and_wake(user, update)
+                return self._update_and_wake(user, update, person=person)
             result = self._table.update_item(**update, ReturnValues="ALL_NEW")
         except ClientError as exc:
             current = self._failed_condition_item(exc)
@@ -292,13 +294,14 @@ class PlanStore:
             return plan
         return item_to_plan(result["Attributes"])
 
-    def _update_and_wake(self, user: str, update: dict[str, Any]) -> Plan:
+    def _update_and_wake(self, user: str, update: dict[str, Any], *, person: bool = False) -> Plan:
         """The plan update and the owner's loop wake-up in one transaction: the watermark
         advances (the loop will not take its no-progress shortcut) and the user joins the
-        scheduler's liveness index, or neither happens (README: "The loop")."""
+        scheduler's liveness index, or neither happens (README: "The loop"). `person` (a
+        confirm): the next tick is not held back by the interval gate either."""
         actions: list[Any] = [
             {"Update": {"TableName": self._tables.name(PLANS), **update}},
-            {"Update": wake_update(self._tables, user)},
+            {"Update": wake_update(self._tables, user, person=person)},
         ]
         self._tables.client.transact_write_items(TransactItems=actions)
         plan = self.get(user, update["Key"]["slug"])
@@ -355,6 +358,7 @@ class PlanStore:
             extra_values={":seen": content_hash} if content_hash else None,
             noop=already,
             wake=True,
+            person=True,  # an approval starts work at once
         )
 
     def submit(self, user: str, slug: str, *, now: datetime) -> Plan:

@@ -4,15 +4,21 @@ One message per user per tick window. The group is the user, so one user's heart
 overlap; the deduplication id is a hash of user and window, so a replayed or retried
 scheduler run in the same window (within SQS's 5-minute deduplication interval) adds
 nothing. Users are JWT subjects, which fit SQS's group id alphabet and 128-character limit.
+
+A person's action (a confirm, a retry, a follow-up ask) also sends one tick for its user at
+once (`TickNow`), in a window of its own, so no deduplication swallows it and the work need
+not wait for the scheduler's next period (README: "The loop").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
+import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -26,6 +32,9 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 BATCH_SIZE = 10  # SendMessageBatch's limit
+PERSON_WINDOW = "person-"  # the window prefix of a tick a person's action asked for
+
+logger = logging.getLogger(__name__)
 
 
 class TickSendError(RuntimeError):
@@ -104,6 +113,27 @@ class HeartbeatQueue:
         response = self.client.send_message_batch(QueueUrl=self.url, Entries=entries)
         failures = {users[int(f["Id"])]: f.get("Code", "unknown") for f in response.get("Failed", [])}
         return len(response.get("Successful", [])), failures
+
+
+class TickNow:
+    """Enqueue one tick for a user right after a person's action, in a window unique to the
+    action (`person-<uuid>`): the scheduler's own ticks come once per period (a minute or
+    more in AWS). Best effort: the action is durable already (its write bumped the user's
+    `person_mark`, so the next tick, this one or the scheduler's, skips the interval gate);
+    a failure to enqueue is logged and never fails the person's request. `queue` is called
+    at the first tick, so a process that never needs the queue never looks it up."""
+
+    def __init__(self, queue: Callable[[], HeartbeatQueue]) -> None:
+        self._queue = queue
+
+    def __call__(self, user: str) -> bool:
+        """True when SQS accepted the tick."""
+        try:
+            self._queue().send_ticks([user], window=f"{PERSON_WINDOW}{uuid.uuid4().hex}")
+        except Exception:  # the scheduler's next window ticks the user all the same
+            logger.exception("a tick for a person's action could not be enqueued", extra={"user": user})
+            return False
+        return True
 
 
 def _distinct(users: Iterable[str]) -> Iterator[str]:

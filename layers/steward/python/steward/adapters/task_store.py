@@ -48,6 +48,7 @@ from steward.adapters.user_store import spawn_charge_update, wake_update
 from steward.domain import lifecycle
 from steward.domain.document_limits import MAX_ATTEMPTS
 from steward.domain.errors import Conflict, LifecycleError, NotFound
+from steward.domain.failures import FailureCode
 from steward.domain.follow_ups import REPLY_KINDS, Settlement, reply_added
 from steward.domain.ids import live_shard, round_task_id
 from steward.domain.models import (
@@ -58,6 +59,7 @@ from steward.domain.models import (
     iso,
 )
 from steward.domain.order import RELATED
+from steward.domain.status_comment import status_due
 from steward.domain.tasks import SpawnCharge, SpawnRefused
 from steward.tables import EVENTS, TASKS
 
@@ -442,6 +444,32 @@ class TaskStore:
             return False
         return True
 
+    def record_status_shown(self, task: Task, *, key: str, comment_id: int | None) -> bool:
+        """The status comment shows `task` as read (`key`, `steward.domain.status_comment`);
+        a finished task, its pull request closed by now, leaves the live index with it.
+        Conditional on the task being as read (status and event sequence): a task that moved
+        meanwhile is shown again by the next tick. False when it had moved. Not `updated_at`:
+        resync reads it as when GitHub's view of the task was last known
+        (`steward.domain.resync:last_observed`), and Steward's own comment is no news."""
+        sets = "SET status_shown = :key" + (", status_comment_id = :cid" if comment_id else "")
+        values: dict[str, Any] = {":key": key, ":s": task.status.value, ":seq": task.event_seq}
+        if comment_id:
+            values[":cid"] = comment_id
+        leaves = task.terminal and not task.pr_close_pending
+        try:
+            self._table.update_item(
+                Key={"task_id": task.id},
+                UpdateExpression=sets + (" REMOVE live_user" if leaves else ""),
+                ConditionExpression="#s = :s AND event_seq = :seq",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
     def _retryable_condition(
         self, task_id: str, *, user: str | None = None, settled: bool = False
     ) -> dict[str, Any]:
@@ -559,15 +587,19 @@ class TaskStore:
             sets["reason"] = reason
         sets.update(extra or {})
         closing = bool(sets.get("pr_close_pending"))
-        if target in TERMINAL_TASK_STATUSES and closing:
-            # Withdrawn: finished, but the loop has yet to close its pull request, so it stays
-            # in the user's live index (not in the reaper's) until it has.
+        # Withdrawn: finished, but the loop has yet to close its pull request; or finished with
+        # a pull request whose status comment has yet to say so: it stays in the user's live
+        # index (not in the reaper's) until the loop has done that.
+        kept = closing or status_due(task.model_copy(update={"status": target}))
+        if target in TERMINAL_TASK_STATUSES and kept:
             sets["live_user"] = task.user
         names = {f"#a{i}": k for i, k in enumerate(sets)}
         values = {f":a{i}": v for i, v in enumerate(sets.values())}
         expression = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(sets)))
         if target in TERMINAL_TASK_STATUSES and closing:
             expression += " REMOVE live_shard, deadline"
+        elif target in TERMINAL_TASK_STATUSES and kept:
+            expression += " REMOVE live_shard, deadline, pr_close_pending"
         elif target in TERMINAL_TASK_STATUSES:
             # A merge after a withdrawal also ends the wait to close its pull request.
             expression += " REMOVE live_user, live_shard, deadline, pr_close_pending"
@@ -645,7 +677,10 @@ class TaskStore:
         `include`: writes of other stores in the same transaction (a webhook delivery's
         mark): one whose condition fails raises IncludedWriteRefused and nothing is written.
         `wake`: the event asks the loop to act (a follow-up ask): it wakes the owner's loop as
-        a lifecycle event does, in the same transaction."""
+        a lifecycle event does, in the same transaction. A recorded follow-up ask
+        (`follow_up_asked`, from a webhook or resync) is a person's action that starts work at
+        once: its wake also lets the next tick through the interval gate; the runtime's
+        events (`finished`, `follow_up_answered`) and a refused ask's reply do not."""
         current = task
         for attempt in range(APPEND_ATTEMPTS):
             if attempt:
@@ -677,7 +712,8 @@ class TaskStore:
                 *(dict(part) for part in include),
             ]
             if wake:
-                actions.append({"Update": wake_update(self._tables, task.user)})
+                person = event == "follow_up_asked"  # a follow-up trigger, not a runtime report
+                actions.append({"Update": wake_update(self._tables, task.user, person=person)})
             try:
                 self._tables.client.transact_write_items(TransactItems=actions)
             except ClientError as exc:
@@ -821,7 +857,13 @@ class TaskStore:
             try:
                 if target is TaskStatus.CANCELLED:
                     moved, changed = self.transition(
-                        task, target, now=now, event="cancelled", classification="final", reason=reason
+                        task,
+                        target,
+                        now=now,
+                        event="cancelled",
+                        classification="final",
+                        reason=reason,
+                        extra={"failure_code": FailureCode.CANCELLED},
                     )
                 else:
                     moved, changed = self._withdraw(task, user, now=now)
@@ -872,7 +914,8 @@ class TaskStore:
                 now=now,
                 admit=pending,
                 sets={"updated_at": iso(now)},
-                removes=("pr_close_pending", "live_user"),
+                # in sight of the loop until its status comment shows it closed
+                removes=("pr_close_pending",) if status_due(task) else ("pr_close_pending", "live_user"),
             )
         except _AlreadyClear:
             return False
@@ -953,8 +996,9 @@ class TaskStore:
             {"ConditionCheck": self._retryable_condition(task.id, user=task.user)},
             {"Update": item_reopen_update(self._tables, task, now=now)},
             # The wake, not a bare watermark bump: a heartbeat may hold the lease now, and the
-            # tick it is finishing must not take the user out of the liveness index.
-            {"Update": wake_update(self._tables, task.user)},
+            # tick it is finishing must not take the user out of the liveness index. A person's
+            # retry starts work at once: the interval gate does not hold it back.
+            {"Update": wake_update(self._tables, task.user, person=True)},
         ]
         try:
             self._tables.client.transact_write_items(TransactItems=actions)

@@ -3,8 +3,9 @@
 Attributes besides the settings: `watermark` (advanced by lifecycle events and approvals),
 `processed_watermark` and `due_at` (written by a complete tick), `lease_until`/`lease_epoch`
 (the heartbeat's in-flight lease; the epoch fences late writes), `spawn_day`/`spawn_count`
-(the daily cap, charged by spawn itself), and `live_shard`/`live_mark` (membership of the
-scheduler's sparse liveness index).
+(the daily cap, charged by spawn itself), `live_shard`/`live_mark` (membership of the
+scheduler's sparse liveness index), and `person_mark`/`person_seen` (a person's action
+since the last working tick, which the interval gate lets through: `LoopState.nudged`).
 
 This module writes every user item, including the user-item parts of the other stores'
 transactions (`wake_update`, `spawn_charge_update`), so the loop's bookkeeping has one
@@ -29,20 +30,26 @@ _SETTINGS_FIELDS = tuple(LoopSettings.model_fields)
 
 
 # ---- the user-item parts of other stores' transactions
-def wake_update(tables: Tables, user: str) -> dict[str, Any]:
+def wake_update(tables: Tables, user: str, *, person: bool = False) -> dict[str, Any]:
     """The user-item part of every write that should make the loop act (README: "The loop"):
     a plan's confirmation or archival, an explicit retry, a task's lifecycle event. It
     advances the watermark, joins the liveness index, and bumps `live_mark`.
+
+    `person`: the write is a person's action that starts work (a confirm, an explicit retry,
+    a follow-up ask): it also bumps `person_mark`, so the next tick is not held back by the
+    interval gate (`LoopState.nudged`; the other gates still hold). A task's own lifecycle
+    events and the runtime's reports are not: the interval bounds the ticks they cause.
 
     The three go together. A tick records as processed the watermark it read, and a tick
     that found no live work leaves the index unless `live_mark` moved since its read
     (`UserStore.finish_tick`); an advance without the mark, made while a heartbeat holds
     the lease, would be unprocessed and unscheduled at once: the scheduler would never
     send the tick that acts on it."""
+    marks = "watermark :one, live_mark :one" + (", person_mark :one" if person else "")
     return {
         "TableName": tables.name(USERS),
         "Key": {"user": user},
-        "UpdateExpression": "SET live_shard = :shard ADD watermark :one, live_mark :one",
+        "UpdateExpression": f"SET live_shard = :shard ADD {marks}",
         "ExpressionAttributeValues": {":shard": live_shard(user), ":one": 1},
     }
 
@@ -181,13 +188,20 @@ class UserStore:
         processed_watermark: int | None,
         due_at: datetime | None,
         still_live: bool,
+        acted: bool = True,
     ) -> bool:
         """Record a tick and release the lease, only if the lease is still ours (epoch).
         `processed_watermark` None means the tick did not finish its work: the next tick
         must not take the shortcut. A user with no live work leaves the liveness index,
-        unless a write marked them live since `state` was read."""
+        unless a write marked them live since `state` was read. The tick took account of
+        the person's actions up to `state.person_mark` (`person_seen`): one made since
+        `state` was read still lets the next tick through the interval gate. `acted` False (the
+        tick raised before it could act) leaves `person_seen`: their redelivery is let through."""
         values: dict[str, Any] = {":now": iso(now), ":epoch": state.lease_epoch}
         sets = ["last_tick_at = :now"]
+        if acted:
+            sets.append("person_seen = :seen")
+            values[":seen"] = state.person_mark
         removes = ["lease_until", "lease_owner"]
         if processed_watermark is not None:
             sets.append("processed_watermark = :pw")

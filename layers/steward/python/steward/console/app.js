@@ -609,15 +609,17 @@
       actions.replaceChildren(...buttons);
     }
 
-    // Why it ended, above everything else: a failed task's reason (and its remedy, where the
-    // API gives one) is what a person came to read.
+    // Why it ended, above everything else: a failed task's reason, its failure code, what to
+    // do and who must do it is what a person came to read.
     function outcome(task) {
       if (!task.reason || !ENDED_TASK.has(task.status)) return null;
       const kind = task.classification === "final" ? "final: the loop does not retry it"
         : task.classification === "retryable" ? "retryable: the loop retries it while attempts remain" : task.classification;
+      const failure = task.failure;
       return el("div", { class: `outcome ${task.status}`, id: "outcome", role: "note" },
-        el("strong", {}, `${task.status[0].toUpperCase()}${task.status.slice(1)}${kind ? ` (${kind})` : ""}: `), task.reason,
-        task.remedy ? el("div", { class: "remedy", id: "remedy" }, "What to do: ", task.remedy) : null);
+        el("strong", {}, `${task.status[0].toUpperCase()}${task.status.slice(1)}${kind ? ` (${kind})` : ""}: `),
+        failure ? el("code", { id: "failure-code" }, failure.code) : null, failure ? " " : null, task.reason,
+        failure ? el("div", { class: "remedy", id: "remedy" }, `What to do (${failure.who}): `, failure.remedy) : null);
     }
 
     function action(label, verb, done) {

@@ -222,6 +222,16 @@ class FrontMatter(BaseModel):
     follow_ups: int = DEFAULT_FOLLOW_UPS
     # `sequential`: each item waits for the one above it (besides its own `(after #n)`).
     order: str | None = None
+    # Run the required checks on the untouched clone before the first model call (README:
+    # "The runner"); false when the item is meant to make a failing check pass.
+    baseline: bool = True
+
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _baseline(cls, value: object) -> bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"baseline must be true or false, got {_shown(value)}")
+        return value
 
     @field_validator("order", mode="before")
     @classmethod
@@ -386,12 +396,15 @@ class _ItemText(Protocol):
 def canonical_front_matter(front_matter: Mapping[str, Any]) -> dict[str, Any]:
     """A front matter as approvals compare it: a key added after plans were first approved
     is left out while it holds its default, so a plan approved before it existed still
-    matches its approval (`follow_ups`: absent and 2 are the same approval)."""
+    matches its approval (`follow_ups`: absent and 2 are the same approval; `baseline`:
+    absent and true)."""
     canonical = dict(front_matter)
     if canonical.get("follow_ups", DEFAULT_FOLLOW_UPS) == DEFAULT_FOLLOW_UPS:
         canonical.pop("follow_ups", None)
     if canonical.get("order") is None:
         canonical.pop("order", None)
+    if canonical.get("baseline", True) is True:
+        canonical.pop("baseline", None)
     return canonical
 
 

@@ -46,14 +46,20 @@ class Gate(StrEnum):
     OPEN = "open"
 
 
-def check(settings: LoopSettings, *, last_tick_at: datetime | None, now: datetime) -> Gate:
-    """The first gate that holds, in a fixed order, so the reason reported is deterministic."""
+def check(
+    settings: LoopSettings, *, last_tick_at: datetime | None, now: datetime, nudged: bool = False
+) -> Gate:
+    """The first gate that holds, in a fixed order, so the reason reported is deterministic.
+
+    `nudged`: a person acted since the last working tick (a confirm, a retry, a follow-up
+    ask: `LoopState.nudged`). An approval starts work at once, so it skips the interval
+    gate, and only that one: a disabled or paused loop and quiet hours still hold."""
     _require_aware(now)
     if not settings.enabled:
         return Gate.DISABLED
     if settings.paused:
         return Gate.PAUSED
-    if last_tick_at is not None:
+    if last_tick_at is not None and not nudged:
         _require_aware(last_tick_at)
         # In UTC: Python compares datetimes that share a tzinfo by wall clock, ignoring fold.
         due = last_tick_at.astimezone(UTC) + timedelta(seconds=settings.interval_seconds)

@@ -94,11 +94,21 @@ class LoopState(BaseModel):
     spawn_count: int = 0
     live: bool = False  # in the scheduler's liveness index
     live_mark: int = 0  # bumped by every write that puts the user in the index
+    # A person's action (confirm, retry, follow-up ask) bumps `person_mark`; a working tick
+    # records the mark it read as `person_seen`. While they differ the tick skips the
+    # interval gate (`nudged`): an approval starts work at once.
+    person_mark: int = 0
+    person_seen: int = 0
 
     def progressed(self, now: datetime) -> bool:
         """False when nothing happened since the last complete tick and nothing is due: the
         no-progress shortcut (skip all work)."""
         return self.watermark != self.processed_watermark or (self.due_at is not None and self.due_at <= now)
+
+    @property
+    def nudged(self) -> bool:
+        """A person acted since the last working tick read the user (the interval gate yields)."""
+        return self.person_mark != self.person_seen
 
     def spawns_left(self, day: str) -> int:
         used = self.spawn_count if self.spawn_day == day else 0

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from steward.domain.document_limits import DEFAULT_FOLLOW_UPS
+from steward.domain.failures import failure_of
 
 
 def utcnow() -> datetime:
@@ -309,6 +310,18 @@ class Task(BaseModel):
     parent: str | None = None
     round: int = 0
     trigger: dict[str, Any] | None = None
+    # Why it failed or was cancelled, from `steward.domain.failures.FailureCode` (None: it did
+    # not, or it ended before codes were kept); its remedy and who must act are looked up.
+    failure_code: str | None = None
+    # The plan's `baseline` when the task spawned: run the required checks on the untouched
+    # clone before the first model call.
+    baseline: bool = True
+    # The approved plan's content hash when the task spawned (the pull request's footer).
+    content_hash: str | None = None
+    # The pull request's status comment (`steward.services.status_comment`): its id once
+    # written, and the digest of what it last showed (the loop updates it when they differ).
+    status_comment_id: int | None = None
+    status_shown: str | None = None
 
     @property
     def is_round(self) -> bool:
@@ -332,6 +345,7 @@ class Task(BaseModel):
             "status": self.status.value,
             "classification": self.classification.value if self.classification else None,
             "reason": self.reason,
+            "failure": failure.to_api() if (failure := failure_of(self)) else None,
             "branch": self.branch,
             "repo": self.repo,
             "model": self.model,

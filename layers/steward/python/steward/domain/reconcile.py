@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from steward.domain.failures import FailureCode
 from steward.domain.follow_ups import RoundContext, follow_ups_of, round_refusal
 from steward.domain.models import (
     ItemStatus,
@@ -50,9 +51,15 @@ from steward.domain.models import (
     TaskStatus,
 )
 from steward.domain.order import RELATED, RETRYABLE, order_state
+from steward.domain.status_comment import status_due
 
 SUPERSEDED = "superseded"  # the reason of a task cancelled because its item's text changed
 PLAN_ARCHIVED = "plan archived"  # the reason of a task cancelled because its plan was archived
+
+
+def cancel_code(reason: str) -> str:
+    """The failure code of a task cancelled for `reason` (`steward.domain.failures`)."""
+    return FailureCode.SUPERSEDED if reason == SUPERSEDED else FailureCode.CANCELLED
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,15 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class ShowStatus:
+    """The status comment on the task's pull request does not show the task as it is
+    (`steward.domain.status_comment.status_due`): a finished task too, kept in the live
+    index until it does."""
+
+    task_id: str
+
+
+@dataclass(frozen=True)
 class SettleRound:
     """Round `round` of a task in review ended, and the task has not taken account of it yet
     (`steward.domain.follow_ups.settlement`: its head, a retry, or a reply that it failed)."""
@@ -158,6 +174,7 @@ Action = (
     | RefuseAsk
     | Reply
     | SettleRound
+    | ShowStatus
 )
 
 
@@ -269,6 +286,9 @@ def next_round(
 def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, policy: Policy) -> Decision:
     del now  # part of the contract; today's rules need no clock beyond the policy's cap
     closing = [ClosePull(t.id) for t in live_tasks if t.pr_close_pending]
+    # first among the GitHub writes: a withdrawn task's comment says so before its close
+    showing_tasks = [t for t in live_tasks if status_due(t)]
+    showing = [ShowStatus(t.id) for t in showing_tasks]
     archived_fixtures = {
         p.id for p in plans if p.kind is PlanKind.FIXTURE and p.status is PlanStatus.ARCHIVED
     }
@@ -300,7 +320,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     actions += [Reply(t.id, RELATED) for t in live_tasks if _links_related(t, plans_by_id.get(t.plan_id))]
     candidates: list[Spawn | StartRound] = [r for r in rounds if isinstance(r, StartRound)]
     # actions so far: the fixtures' cancels
-    live_work = bool(live_tasks or closing) or fixture_in_review or bool(actions)
+    live_work = bool(live_tasks or closing or showing) or fixture_in_review or bool(actions)
 
     for plan in sorted(plans, key=lambda p: (p.created_at, p.slug)):
         plan_tasks = [t for t in live_tasks if t.plan_id == plan.id]
@@ -346,6 +366,7 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
     starting, held = _admitted(candidates, allowed, room)
     actions += starting
     actions += [Launch(t.id) for t in live_tasks if t.status is TaskStatus.QUEUED and t.launched_at is None]
+    actions += showing
     actions += closing
     waiting = tuple(held)
     return Decision(
@@ -360,12 +381,14 @@ def reconcile(plans: Sequence[Plan], live_tasks: Sequence[Task], now: datetime, 
         # Nothing advances a watermark when the brake is released: spawns it held keep the
         # loop looking. A closed pull request changes the next decision without a lifecycle
         # event too (the task leaves the live index): the next tick looks again. So do a
-        # refused ask (its reply, or the next waiting ask), a reply (one that failed) and a
-        # settled round (its retry, its reply, or the next waiting ask).
+        # refused ask (its reply, or the next waiting ask), a reply (one that failed), a
+        # settled round (its retry, its reply, or the next waiting ask), and a finished task's
+        # status comment (shown, it left the live index: the next tick may find no work).
         settles=not any(
             isinstance(a, RepairItem | ClosePull | Reply | RefuseAsk | SettleRound) for a in actions
         )
-        and not (policy.spawning_stopped and waiting),
+        and not (policy.spawning_stopped and waiting)
+        and not any(t.terminal for t in showing_tasks),
     )
 
 

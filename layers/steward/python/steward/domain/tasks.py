@@ -68,6 +68,8 @@ def task_for(
         max_attempts=int(front.get("max_attempts", 3)),
         follow_ups=follow_ups_of(front),
         kind=plan.kind,
+        baseline=front.get("baseline", True) is not False,
+        content_hash=plan.approved_hash,
     )
 
 

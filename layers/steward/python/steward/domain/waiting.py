@@ -171,5 +171,10 @@ def _next_tick(state: LoopState) -> Waiting:
     # When the next tick is due: a time already past means due now (the scheduler's rate
     # decides the instant); unknown before the loop's first tick for the user.
     interval = timedelta(seconds=state.settings.interval_seconds)
-    until = None if state.last_tick_at is None else state.last_tick_at + interval
+    # a person's action lets the next tick through the interval: it is due now
+    until = (
+        None
+        if state.last_tick_at is None
+        else state.last_tick_at + (timedelta(0) if state.nudged else interval)
+    )
     return Waiting("next_tick", until, f"the loop looks every {state.settings.interval_seconds} s")

@@ -372,6 +372,7 @@ class LocalStack:
                 "STEWARD_LAUNCHER": "local",
                 "STEWARD_API_URL": api_url,
                 "STEWARD_RELAY_URL": relay_url,
+                "STEWARD_CONSOLE_URL": f"{api_url}{CONSOLE_PREFIX}/",
                 "STEWARD_RUNTIME_LOG_DIR": str(self.log_dir or self.state_dir / "runs"),
             }
         )

@@ -150,8 +150,13 @@ def task_text(task: Task) -> str:
     return f"Task: {task.title}{details}"
 
 
-def task_prompt(task: Task) -> str:
+def task_prompt(task: Task, failing: Sequence[str] = ()) -> str:
+    """The first user message. `failing`: the required checks that failed on the clone as
+    it was handed over (a follow-up round's baseline), said up front."""
     asked = f"\n\n{round_prompt(task.trigger or {}, task.round)}" if task.is_round else ""
+    if failing:
+        named = ", ".join(f"`{command}`" for command in failing)
+        asked += f"\n\nBefore any change, these required checks fail on the branch: {named}."
     return f"{task_text(task)}{asked}\n\nStart by inspecting the repository."
 
 
@@ -170,8 +175,10 @@ class Harness:
         on_output: Callable[[bytes], None] | None = None,
         cancel: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
+        failing_at_start: Sequence[str] = (),
     ) -> None:
         self.task = task
+        self.failing_at_start = tuple(failing_at_start)
         self.workspace = workspace
         self.sandbox = sandbox
         self.model = model
@@ -192,7 +199,9 @@ class Harness:
     def run(self) -> Outcome:
         self._deadline = self.clock() + self.limits.max_seconds
         state = RunState()
-        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": task_prompt(self.task)}]}]
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": [{"text": task_prompt(self.task, self.failing_at_start)}]}
+        ]
         self.emit("phase", {"phase": state.phase.value, "turn": 0})
         while not state.finished:
             self._check_cancel()

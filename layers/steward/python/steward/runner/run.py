@@ -42,11 +42,13 @@ from steward.adapters.github import GitHubError, InstallationClient, Installatio
 from steward.adapters.runtime_api import BudgetExhausted, IssuedToken, RuntimeApi, RuntimeApiError
 from steward.domain.artifacts import SCREEN_NAME
 from steward.domain.errors import CallExceedsBudget, ModelCannotAnswer
+from steward.domain.failures import FailureCode
 from steward.domain.models import Classification, Fault, Task, TaskStatus, utcnow
+from steward.domain.phases import EndReason
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
 from steward.runner.harness import Cancelled, Harness, Outcome, RelayRefused
-from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, probe_mode
+from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, SandboxMode, probe_mode
 from steward.runner.screen import LiveSink, Screen
 from steward.runner.workspace import Workspace
 from steward.services.publication import ArtifactSink, Publisher, PublishError
@@ -70,16 +72,30 @@ _ENDING_KEYS = (
     "summary",
     "artifacts_not_written",
     "fault",
+    "code",
 )
+# A publication refused by a rule (`PublishError.reason`) -> the failure code it ends with.
+PUBLISH_CODES = {
+    "no_changes": FailureCode.MODEL_MADE_NO_CHANGE,
+    "nested_repository": FailureCode.NESTED_REPOSITORY,
+    "git_dir": FailureCode.NESTED_REPOSITORY,
+    "credential": FailureCode.CREDENTIAL_IN_CHANGE,
+    "too_large": FailureCode.CHANGE_TOO_LARGE,
+    "branch": FailureCode.BRANCH_TAKEN_OVER,
+    "foreign_commits": FailureCode.BRANCH_TAKEN_OVER,
+    "merge_state": FailureCode.CONFLICT_UNRESOLVED,
+}
 
 
 class StageFailed(Exception):
-    """A stage ended the run: `classification` and a reason safe to show (redacted)."""
+    """A stage ended the run: `classification`, a reason safe to show (redacted) and the
+    failure code (`steward.domain.failures`)."""
 
-    def __init__(self, reason: str, classification: str) -> None:
+    def __init__(self, reason: str, classification: str, code: FailureCode) -> None:
         super().__init__(reason)
         self.reason = reason
         self.classification = classification
+        self.code = code
 
 
 @dataclass
@@ -125,6 +141,9 @@ class Run:
         self.merge_parent: str | None = None
         self.conflicts: list[str] = []
         self._failed_artifacts: list[str] = []
+        self.phase = "bootstrap"  # the stage running, for a failure no stage names
+        # The required checks that failed on the untouched clone (a round goes on with them).
+        self.failing_at_start: list[str] = []
 
     # ---- entry
     def execute(self) -> str:
@@ -146,6 +165,7 @@ class Run:
         outcome: Outcome | None = None
         try:
             self._bootstrap(clone)
+            self.phase = "tool_loop"
             self.emit("phase", {"phase": "tool_loop"})
             harness = Harness(
                 self.task,
@@ -158,12 +178,15 @@ class Run:
                 emit=self.emit,
                 on_output=self.screen.write,
                 cancel=self.cancel,
+                failing_at_start=self.failing_at_start,
             )
             outcome = harness.run()
             if not outcome.completed:
-                raise StageFailed(f"the model did not finish: {outcome.end} ({outcome.detail})", FINAL)
+                raise self._unfinished(clone, outcome)
             self._conflicts_resolved(clone)
-            self._final_checks(harness)
+            self.phase = "checks"
+            self._final_checks(harness, clone)
+            self.phase = "publish"
             pull = self._publish(clone, outcome)
         except Cancelled:
             self._write_artifacts(clone, preserve=True)
@@ -171,31 +194,46 @@ class Run:
         except BudgetExhausted as exc:
             if exc.code == CALL_EXCEEDS_BUDGET:  # what is left pays for no useful call: the figures
                 return self._fail(
-                    clone, f"the task's budget cannot pay for its next model call: {exc.detail}", FINAL
+                    clone,
+                    f"the task's budget cannot pay for its next model call: {exc.detail}",
+                    FINAL,
+                    FailureCode.BUDGET_SPENT,
                 )
-            return self._fail(clone, "the task's budget is spent (relay 402)", FINAL)
+            return self._fail(
+                clone, "the task's budget is spent (relay 402)", FINAL, FailureCode.BUDGET_SPENT
+            )
         except RelayRefused as exc:
             reason = (
                 "Steward's fault, not the model's or the plan's: the relay refused the runner's own "
                 f"model request (the request is in harness.json): {exc.error}"
             )
-            return self._fail(clone, reason, RETRYABLE, fault=Fault.RELAY_REFUSED)
+            return self._fail(clone, reason, RETRYABLE, FailureCode.RELAY_REFUSED, fault=Fault.RELAY_REFUSED)
         except StageFailed as exc:
-            return self._fail(clone, exc.reason, exc.classification)
+            return self._fail(clone, exc.reason, exc.classification, exc.code)
         except RuntimeApiError as exc:
             if exc.code == MODEL_CANNOT_ANSWER:  # says why and what to do; no attempt would differ
-                return self._fail(clone, f"the model cannot do this task: {exc.detail}", FINAL)
-            return self._fail(clone, str(exc), RETRYABLE if exc.retryable else FINAL)
+                return self._fail(
+                    clone,
+                    f"the model cannot do this task: {exc.detail}",
+                    FINAL,
+                    FailureCode.MODEL_CANNOT_ANSWER,
+                )
+            code = self._api_failure_code(exc)
+            return self._fail(clone, str(exc), RETRYABLE if exc.retryable else FINAL, code)
         except (GitError, GitHubError) as exc:
-            return self._fail(clone, f"{type(exc).__name__}: {exc}", RETRYABLE)
+            code = FailureCode.CLONE_FAILED if self.phase == "bootstrap" else FailureCode.PUBLISH_FAILED
+            return self._fail(clone, f"{type(exc).__name__}: {exc}", RETRYABLE, code)
         except PublishError as exc:
             if exc.reason in ("cancelled", "ended"):  # the task ended elsewhere: nothing to record
                 self._write_artifacts(clone, preserve=False)
                 return "cancelled"
-            return self._fail(clone, f"publication refused: {exc.message}", FINAL, preserve=False)
+            code = PUBLISH_CODES.get(exc.reason, FailureCode.PUBLISH_FAILED)
+            return self._fail(clone, f"publication refused: {exc.message}", FINAL, code, preserve=False)
         except Exception as exc:  # a runner bug: fail the task retryably rather than hang it
             _LOG.exception("runner error")
-            return self._fail(clone, f"runner error ({type(exc).__name__})", RETRYABLE)
+            return self._fail(
+                clone, f"runner error ({type(exc).__name__})", RETRYABLE, FailureCode.RUNNER_ERROR
+            )
         self._write_artifacts(clone, preserve=False)
         return self._finish(
             TaskStatus.REVIEW,
@@ -208,57 +246,147 @@ class Run:
             extra={"pr_url": pull[0], "pr_number": pull[1]},
         )
 
+    def _api_failure_code(self, exc: RuntimeApiError) -> FailureCode:
+        """The code of a control-plane or relay call that failed outside every stage's own rule:
+        in the tool loop a retryable one is the provider's (the relay's 5xx and 502)."""
+        if not exc.retryable:
+            return FailureCode.CANNOT_START
+        if self.phase == "tool_loop":
+            return FailureCode.PROVIDER_UNAVAILABLE
+        return FailureCode.PUBLISH_FAILED if self.phase == "publish" else FailureCode.RUNNER_ERROR
+
     # ---- bootstrap
     def _bootstrap(self, clone: Path) -> None:
         self.emit("phase", {"phase": "bootstrap"})
-        issued = self._stage("token", self._token, retryable=True)
+        issued = self._stage("token", self._token, retryable=True, code=FailureCode.CLONE_FAILED)
         self._stage(
             "clone",
             lambda: self._clone(issued, clone),
             retryable=True,
+            code=FailureCode.CLONE_FAILED,
         )
         if (self.task.trigger or {}).get("kind") == "conflict":
-            self._stage("merge_base", lambda: self._merge_base(clone), retryable=True)
-        mode, why = self._stage("sandbox", lambda: probe_mode(uid=self.config.uid), retryable=True)
+            self._stage(
+                "merge_base", lambda: self._merge_base(clone), retryable=True, code=FailureCode.CLONE_FAILED
+            )
+        mode, why = self._stage(
+            "sandbox", lambda: probe_mode(uid=self.config.uid), retryable=True, code=FailureCode.RUNNER_ERROR
+        )
         self.records.bootstrap["sandbox"] = {"mode": mode.value, "reason": why, "uid": self.config.uid}
         self.sandbox = Sandbox(
             clone, self.task.checks, mode=mode, uid=self.config.uid, limits=self.config.sandbox
         )
-        if self.task.setup:
-            setup = Sandbox(
-                clone,
-                self.task.setup,
-                mode=mode,
-                uid=self.config.uid,
-                limits=self.config.sandbox.model_copy(update={"wall_seconds": self.config.setup_seconds}),
-                network=True,
+        self._setup(clone, mode)
+        if self.task.baseline:
+            self._baseline(clone)
+
+    def _setup(self, clone: Path, mode: SandboxMode, *, label: str = "setup") -> None:
+        """The plan's setup commands in `clone` (with the network, under their own timeout);
+        a failure ends the run `setup_failed`."""
+        if not self.task.setup:
+            return
+        setup = Sandbox(
+            clone,
+            self.task.setup,
+            mode=mode,
+            uid=self.config.uid,
+            limits=self.config.sandbox.model_copy(update={"wall_seconds": self.config.setup_seconds}),
+            network=True,
+        )
+        for number, command in enumerate(self.task.setup, start=1):
+            self.screen.note(command)
+            result = self._stage(
+                f"{label} {number}",
+                lambda c=command: setup.run(c, on_output=self.screen.write, cancel=self.cancel),  # type: ignore[misc]
+                retryable=False,
+                code=FailureCode.SETUP_FAILED,
             )
-            for number, command in enumerate(self.task.setup, start=1):
-                self.screen.note(command)
-                result = self._stage(
-                    f"setup {number}",
-                    lambda c=command: setup.run(c, on_output=self.screen.write, cancel=self.cancel),  # type: ignore[misc]
-                    retryable=False,
+            self._last_stage()["exit_code"] = result.exit_code
+            if self.cancel.is_set():
+                raise Cancelled("cancelled during setup")
+            if not result.passed:
+                self._last_stage().update(self._setup_failure(result))
+                raise StageFailed(
+                    f"setup command `{command}` failed (exit {result.exit_code})",
+                    FINAL,
+                    FailureCode.SETUP_FAILED,
                 )
-                self._last_stage()["exit_code"] = result.exit_code
-                if self.cancel.is_set():
-                    raise Cancelled("cancelled during setup")
-                if not result.passed:
-                    self._last_stage().update(self._setup_failure(result))
-                    raise StageFailed(f"setup command `{command}` failed (exit {result.exit_code})", FINAL)
+
+    def _baseline(self, clone: Path) -> None:
+        """The required checks on the untouched clone, before the first model call (README:
+        "The runner"): each one's result in bootstrap.json's `baseline`. One that fails ends the
+        task `checks_fail_on_base` (no model call is made); a follow-up round's clone is its
+        pull request's head, where a failing check is often what the round is asked to fix, so
+        the round goes on and the model is told which checks fail."""
+        self.emit("phase", {"phase": "baseline"})
+        before = _untracked(clone)
+        try:
+            results = self._run_checks(self._sandbox(), stage="baseline", records=self.records.bootstrap)
+        finally:
+            # What the checks left (caches, bytecode a same-second, same-size edit would not
+            # invalidate) goes: the model starts from the clone as setup left it.
+            for path in sorted(_untracked(clone) - before):
+                target = clone / path
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    target.unlink(missing_ok=True)
+        failed = [result for result in results if not result.passed]
+        self.failing_at_start = [result.command for result in failed]
+        if failed and not self.task.is_round:
+            shown = "; ".join(f"`{r.command}` ({_ended(r)})" for r in failed[:3])
+            raise StageFailed(
+                f"required checks fail on the base, before any change: {shown}; the output is in "
+                "bootstrap.json",
+                FINAL,
+                FailureCode.CHECKS_FAIL_ON_BASE,
+            )
+
+    def _run_checks(
+        self, sandbox: Sandbox, *, stage: str, records: dict[str, Any], commands: Sequence[str] | None = None
+    ) -> list[CommandResult]:
+        """Run `commands` (the required checks) once each in `sandbox`, recording each under
+        `records[stage]` (exit, passed, the redacted tail of its output) and as a `check` event."""
+        entries: list[dict[str, Any]] = records.setdefault(stage, [])
+        results = []
+        for command in self.task.checks if commands is None else commands:
+            self.screen.note(command)
+            try:
+                result = sandbox.run(command, on_output=self.screen.write, cancel=self.cancel)
+            except (CommandRefused, OSError) as exc:
+                raise StageFailed(
+                    f"the {stage} check `{command}` could not run: {exc}", RETRYABLE, FailureCode.RUNNER_ERROR
+                ) from None
+            if self.cancel.is_set():
+                raise Cancelled(f"cancelled during the {stage} checks")
+            entry: dict[str, Any] = {
+                "command": command,
+                "exit_code": result.exit_code,
+                "passed": result.passed,
+                "duration_s": round(result.duration_s, 3),
+            }
+            entry |= self._how_it_ended(result)
+            entries.append(entry)
+            self.emit("check", {k: v for k, v in entry.items() if k != "output_tail"} | {"stage": stage})
+            results.append(result)
+        return results
 
     def _setup_failure(self, result: CommandResult) -> dict[str, Any]:
         """Why a setup command failed, for bootstrap.json: how it ended and the redacted tail
         of its output (stdout and stderr as the command interleaved them: the sandbox reads
         both from one pipe), at most SETUP_TAIL_CHARS characters."""
-        entry: dict[str, Any] = {"status": "failed"}
+        return {"status": "failed", **self._how_it_ended(result)}
+
+    def _how_it_ended(self, result: CommandResult) -> dict[str, Any]:
+        """A command's `signal`, `timed_out`, `output_truncated` and `write_limit_exceeded`
+        (each only when so) and its redacted `output_tail`."""
         ended = {
             "signal": result.signal,
             "timed_out": result.timed_out,
             "output_truncated": result.output_truncated,
             "write_limit_exceeded": result.write_limit_exceeded,
         }
-        entry |= {key: value for key, value in ended.items() if value}
+        entry: dict[str, Any] = {key: value for key, value in ended.items() if value}
         entry["output_tail"] = self.redactor.bounded(result.output, SETUP_TAIL_CHARS, tail=True)
         return entry
 
@@ -289,6 +417,7 @@ class Run:
                 f"the pull request's head moved to {head[:12]} since the round was asked for "
                 f"on {str(self.task.head_sha)[:12]}: a person's push takes the branch over",
                 FINAL,
+                FailureCode.BRANCH_TAKEN_OVER,
             )
         return {"base": branch, "head": head}
 
@@ -327,10 +456,12 @@ class Run:
         if left:
             shown = ", ".join(self.redactor.redact(p) for p in left[:5])
             raise StageFailed(
-                f"conflict markers remain in {shown}: the merge with the base is not resolved", FINAL
+                f"conflict markers remain in {shown}: the merge with the base is not resolved",
+                FINAL,
+                FailureCode.CONFLICT_UNRESOLVED,
             )
 
-    def _stage(self, name: str, action: Callable[[], Any], *, retryable: bool) -> Any:
+    def _stage(self, name: str, action: Callable[[], Any], *, retryable: bool, code: FailureCode) -> Any:
         started = time.monotonic()
         entry: dict[str, Any] = {"stage": name, "status": "running"}
         self.records.bootstrap["stages"].append(entry)
@@ -348,7 +479,7 @@ class Run:
             entry["error"] = self.redactor.bounded(str(exc), _REASON_CHARS)
             transient = retryable and not (isinstance(exc, RuntimeApiError) and not exc.retryable)
             raise StageFailed(
-                f"bootstrap stage {name} failed: {entry['error']}", RETRYABLE if transient else FINAL
+                f"bootstrap stage {name} failed: {entry['error']}", RETRYABLE if transient else FINAL, code
             ) from None
         entry |= {"status": "ok", "duration_s": round(time.monotonic() - started, 3)}
         return result
@@ -363,8 +494,10 @@ class Run:
         return self.sandbox
 
     # ---- checks and publication
-    def _final_checks(self, harness: Harness) -> None:
-        """Every required check once more on the final tree: publication needs all to pass."""
+    def _final_checks(self, harness: Harness, clone: Path) -> None:
+        """Every required check once more on the final tree: publication needs all to pass.
+        When the baseline did not run (`baseline: false`), a check that fails is run once
+        more on the base commit: failing there too, the task ends `checks_fail_on_base`."""
         self.emit("phase", {"phase": "checks"})
         failed = []
         for command in self.task.checks:
@@ -376,7 +509,59 @@ class Run:
             if not result.passed:
                 failed.append(command)
         if failed:
-            raise StageFailed(f"required checks failed on the final tree: {', '.join(failed)}", FINAL)
+            raise self._checks_failed(
+                clone, failed, f"required checks failed on the final tree: {', '.join(failed)}"
+            )
+
+    def _unfinished(self, clone: Path, outcome: Outcome) -> StageFailed:
+        """The ending of a tool loop that stopped short of done: checks that never passed in
+        it, or a model that did not finish."""
+        reason = f"the model did not finish: {outcome.end} ({outcome.detail})"
+        if outcome.end == EndReason.CHECKS_FAILED:
+            return self._checks_failed(clone, _still_failing(outcome.checks) or self.task.checks, reason)
+        return StageFailed(reason, FINAL, FailureCode.MODEL_DID_NOT_FINISH)
+
+    def _checks_failed(self, clone: Path, failed: Sequence[str], reason: str) -> StageFailed:
+        """The ending of required checks that never passed: `checks_never_passed`, unless the
+        baseline was off and they fail on the base commit too (`checks_fail_on_base`)."""
+        on_base = [] if self.task.baseline else self._fail_on_base(clone, failed)
+        if on_base:
+            return StageFailed(
+                f"required checks fail on the base too, not only after the change: "
+                f"{', '.join(on_base)} (the base's output is in bootstrap.json)",
+                FINAL,
+                FailureCode.CHECKS_FAIL_ON_BASE,
+            )
+        return StageFailed(reason, FINAL, FailureCode.CHECKS_NEVER_PASSED)
+
+    def _fail_on_base(self, clone: Path, commands: Sequence[str]) -> list[str]:
+        """Which of `commands` fail on the commit the run started from, checked in a worktree
+        of the clone at that commit (the plan's setup run there first), under the checks'
+        sandbox; recorded in bootstrap.json's `base_checks`. Empty when it cannot be told."""
+        head = (self.records.bootstrap.get("clone") or {}).get("head")
+        if not head:
+            return []
+        self.emit("phase", {"phase": "base_checks"})
+        base = clone.parent / "base"
+        records: dict[str, Any] = {"stages": self.records.bootstrap["stages"]}
+        try:
+            run_git(["worktree", "add", "--quiet", "--detach", str(base), head], cwd=clone)
+            try:
+                mode = self._sandbox().mode
+                self._setup(base, mode, label="base setup")
+                box = Sandbox(
+                    base, self.task.checks, mode=mode, uid=self.config.uid, limits=self.config.sandbox
+                )
+                results = self._run_checks(box, stage="base_checks", records=records, commands=commands)
+            finally:
+                run_git(["worktree", "remove", "--force", str(base)], cwd=clone, check=False)
+                shutil.rmtree(base, ignore_errors=True)
+        except (GitError, StageFailed, ValueError, OSError) as exc:
+            _LOG.warning("the checks could not be run on the base: %s", exc)
+            self.records.bootstrap["base_checks_error"] = self.redactor.bounded(str(exc), _REASON_CHARS)
+            return []
+        self.records.bootstrap["base_checks"] = records["base_checks"]
+        return [result.command for result in results if not result.passed]
 
     def _publish(self, clone: Path, outcome: Outcome) -> tuple[str, int]:
         self.emit("phase", {"phase": "publish"})
@@ -419,18 +604,22 @@ class Run:
         clone: Path,
         reason: str,
         classification: str,
+        code: FailureCode,
         *,
         preserve: bool = True,
         fault: Fault | None = None,
     ) -> str:
         reason = self.redactor.bounded(reason, _REASON_CHARS)
         self._write_artifacts(clone, preserve=preserve)
+        extra: dict[str, Any] = {"code": code.value}
+        if fault is not None:
+            extra["fault"] = fault.value
         return self._finish(
             TaskStatus.FAILED,
             {"outcome": "failed", "classification": classification, "reason": reason},
             classification=classification,
             reason=reason,
-            extra=None if fault is None else {"fault": fault.value},
+            extra=extra,
         )
 
     def _finish(
@@ -526,6 +715,33 @@ class Run:
             if not beat.running:
                 self.stop()
                 return
+
+
+def _still_failing(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The checks whose last run (of the harness's records) failed, in the order first run."""
+    last: dict[str, bool] = {}
+    for check in checks:
+        last[str(check["command"])] = bool(check["passed"])
+    return [command for command, passed in last.items() if not passed]
+
+
+def _ended(result: CommandResult) -> str:
+    """How a check ended, in a few words (a failure's reason)."""
+    if result.timed_out:
+        return "timed out"
+    if result.write_limit_exceeded:
+        return "wrote more than allowed"
+    if result.output_truncated:
+        return "output over the limit"
+    if result.exit_code is None:
+        return f"killed by signal {result.signal}"
+    return f"exit {result.exit_code}"
+
+
+def _untracked(clone: Path) -> set[str]:
+    """The untracked paths of `clone`, ignored ones too, a new directory as one path."""
+    listed = run_git(["ls-files", "--others", "--directory", "-z"], cwd=clone).stdout
+    return {path.rstrip("/") for path in listed.split("\0") if path}
 
 
 def has_conflict_markers(path: Path, root: Path | None = None) -> bool:

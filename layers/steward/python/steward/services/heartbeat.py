@@ -1,6 +1,7 @@
 """One heartbeat for one user: gates, no-progress shortcut, lease, reconcile, apply.
 
-Order (issue "reconciliation loop"): disabled/pause gate, interval gate, quiet hours, then
+Order (issue "reconciliation loop"): disabled/pause gate, interval gate (skipped when a person
+acted since the last working tick: `LoopState.nudged`), quiet hours, then
 the no-progress shortcut (one GetItem in all when nothing happened), then the in-flight
 lease (conditional, with a fencing epoch), a fresh reload of plans and live tasks,
 `reconcile`, and `apply`. The lease epoch fences the only non-idempotent write (spawn,
@@ -50,14 +51,18 @@ from steward.domain.reconcile import (
     RepairItem,
     Reply,
     SettleRound,
+    ShowStatus,
     Spawn,
     StartRound,
+    cancel_code,
     reconcile,
 )
+from steward.domain.status_comment import shown_key
 from steward.domain.tasks import SpawnCharge, SpawnRefused, round_for, task_for
 from steward.services.launching import launch_task
 from steward.services.replies import Replies
 from steward.services.resync import Resync, Sweep
+from steward.services.status_comments import StatusComments
 from steward.services.withdrawal import Withdrawals
 
 logger = logging.getLogger(__name__)
@@ -96,6 +101,7 @@ class Heartbeat:
     resync: Resync | None = None  # None: GitHub is not observed (no App configured)
     withdrawals: Withdrawals | None = None  # None: no App to close withdrawn pull requests with
     replies: Replies | None = None  # None: no App to reply on pull requests with
+    status_comments: StatusComments | None = None  # None: no comment (the key is stored all the same)
     # The operators' global brake (`steward.services.brake.CachedBrake.engaged`): no spawns.
     brake: Callable[[], bool] = field(default=lambda: False)
 
@@ -105,7 +111,9 @@ class Heartbeat:
     def tick(self, user: str) -> TickReport:
         now = self.clock()
         state = self.users.loop_state(user)
-        gate = gates.check(state.settings, last_tick_at=state.last_tick_at, now=now)
+        # A person's action since the last working tick (confirm, retry, follow-up ask) is
+        # not held back by the interval gate; the other gates hold (README: "The loop").
+        gate = gates.check(state.settings, last_tick_at=state.last_tick_at, now=now, nudged=state.nudged)
         if gate is not gates.Gate.OPEN:
             if gate is gates.Gate.DISABLED and state.live:
                 self.users.leave_index(user)
@@ -121,7 +129,7 @@ class Heartbeat:
             # Release early so the redelivery need not wait for the lease to expire; the
             # watermark stays unprocessed, so the next tick does the work again.
             self.users.finish_tick(
-                leased, now=self.clock(), processed_watermark=None, due_at=None, still_live=True
+                leased, now=self.clock(), processed_watermark=None, due_at=None, still_live=True, acted=False
             )
             raise
 
@@ -145,7 +153,8 @@ class Heartbeat:
         due = gates.next_local_midnight(state.settings, now) if decision.blocked_by_cap else None
         watched: list[Task] = []  # closed by a person lately: a lost reopen or merge is found
         if self.resync is not None and sweep is not None:
-            watched = self.resync.recently_closed(plans, now=now)
+            # one a finished task's status comment keeps among the live ones is not read twice
+            watched = [t for t in self.resync.recently_closed(plans, now=now) if t.id not in applier.live]
             self.resync.sweep_review(sweep, state.user, live, now=now, closed=watched, plans=plans)
             due = _earliest(due, self.resync.next_due(sweep, [*live, *watched], now=now))
         self.users.finish_tick(
@@ -225,7 +234,7 @@ class _Apply:
             self._answer_ask(action)
         elif isinstance(action, SettleRound):
             self._settle(action)
-        elif isinstance(action, Reply | ClosePull):
+        elif isinstance(action, Reply | ClosePull | ShowStatus):
             self._on_github(action)
 
     def _answer_ask(self, action: StartRound | RefuseAsk) -> None:
@@ -247,8 +256,14 @@ class _Apply:
         )
         self.beat.tasks.settle_round(parent, action.round, settled, now=self.now)
 
-    def _on_github(self, action: Reply | ClosePull) -> None:
+    def _on_github(self, action: Reply | ClosePull | ShowStatus) -> None:
         beat = self.beat
+        if isinstance(action, ShowStatus):
+            if beat.status_comments is not None:
+                beat.status_comments.show(action.task_id, now=self.now)
+            elif (found := beat.tasks.get(action.task_id)) is not None:  # nothing to write it with
+                beat.tasks.record_status_shown(found, key=shown_key(found), comment_id=None)
+            return
         if isinstance(action, Reply):
             if beat.replies is None:
                 raise Conflict("no GitHub App is configured: a reply cannot be written")
@@ -261,7 +276,13 @@ class _Apply:
     def _cancel(self, task: Task, reason: str) -> Task:
         """Cancel `task` (a no-op if it already is) and stop its runtime."""
         cancelled, _ = self.beat.tasks.transition(
-            task, TaskStatus.CANCELLED, now=self.now, event="cancelled", classification="final", reason=reason
+            task,
+            TaskStatus.CANCELLED,
+            now=self.now,
+            event="cancelled",
+            classification="final",
+            reason=reason,
+            extra={"failure_code": cancel_code(reason)},
         )
         self.beat.launcher.stop(cancelled, cancelled.launch_ref)
         self.stopped.add(cancelled.id)

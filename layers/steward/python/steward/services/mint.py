@@ -24,6 +24,7 @@ from steward.adapters.task_store import TaskStore
 from steward.adapters.ticket_store import TicketStore
 from steward.domain.capability import MAX_LIFETIME_SECONDS, Capability, capability_claims
 from steward.domain.errors import Forbidden, LifecycleError, StewardError, Unauthorized
+from steward.domain.failures import FailureCode
 from steward.domain.models import Task, TaskStatus, iso, utcnow
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,14 @@ class Minter:
         self.clock = clock
         self.lifetime_seconds = lifetime_seconds
 
-    def _end_for_good(self, task: Task, refusal: StewardError, now: datetime) -> None:
+    def _end_for_good(
+        self,
+        task: Task,
+        refusal: StewardError,
+        now: datetime,
+        *,
+        code: FailureCode = FailureCode.CANNOT_START,
+    ) -> None:
         """A task that cannot start for a reason that will not change by itself ends `failed`
         `final` at once with that reason (not `retryable` after the launch grace), so the
         loop does not retry it and the person reads why. Best effort: the refusal is
@@ -78,6 +86,7 @@ class Minter:
                 data={"refused": refusal.code, "field": refusal.field},
                 classification="final",
                 reason=f"cannot start: {refusal.message}",
+                extra={"failure_code": code},
             )
             if changed:
                 self.tasks.project_item(ended, now=now)
@@ -103,7 +112,7 @@ class Minter:
             # Held by none at all will not change by itself; held only by a suspended one may
             # (a person unsuspends it), so that task is left to the reaper and the loop's retry.
             if not any(i.lists(task.repo) for i in installations):
-                self._end_for_good(task, refusal, now)
+                self._end_for_good(task, refusal, now, code=FailureCode.INSTALLATION_MISSING)
             raise refusal
         if self.prices is not None:
             try:

@@ -49,7 +49,7 @@ from steward.domain.errors import Conflict, InvalidDocument, LifecycleError, NoS
 from steward.domain.ids import plan_id, validate_slug
 from steward.domain.models import Plan, PlanKind, Task, TaskStatus, utcnow
 from steward.domain.prices import PriceTable
-from steward.domain.reconcile import PLAN_ARCHIVED, SUPERSEDED, superseded
+from steward.domain.reconcile import PLAN_ARCHIVED, SUPERSEDED, cancel_code, superseded
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class PlanService:
         installations: InstallationStore | None = None,
         prices: Callable[[], PriceTable] | None = None,
         documents: ArtifactStore | None = None,
+        tick_now: Callable[[str], object] | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
@@ -75,6 +76,9 @@ class PlanService:
         self.installations = installations
         self.prices = prices  # read at each publish (the loader caches it)
         self.documents = documents  # where approved content is kept (None: nowhere)
+        # A tick for the user right after a confirm (`steward.adapters.queue:TickNow`, which
+        # never raises); None: the scheduler's next window ticks them.
+        self.tick_now = tick_now
 
     def publish(self, user: str, slug: str, markdown: str, *, kind: PlanKind = PlanKind.WORK) -> Plan:
         """Upsert a Task Document. Reads the plan, merges, and writes on the condition that
@@ -154,10 +158,13 @@ class PlanService:
     def confirm(self, user: str, slug: str, content_hash: str | None = None) -> Plan:
         """Approve the current content; `content_hash` (the whole hash or its first 12 or more
         hex characters) says which content the person reviewed (rules in
-        `steward.adapters.plan_store:PlanStore.confirm`)."""
+        `steward.adapters.plan_store:PlanStore.confirm`). An approval starts work at once: the
+        loop's interval gate does not hold it back, and a tick for the user is enqueued."""
         given = None if content_hash is None else plan_diff.given_hash(content_hash)
         plan = self.store.confirm(user, validate_slug(slug), content_hash=given, now=self.clock())
         self._cancel_superseded(plan)
+        if self.tick_now is not None:
+            self.tick_now(user)
         if plan.approved_hash == plan.content_hash:
             try:
                 self._keep(plan)
@@ -222,6 +229,7 @@ class PlanService:
                 event="cancelled",
                 classification="final",
                 reason=reason,
+                extra={"failure_code": cancel_code(reason)},
             )
 
     def submit(self, user: str, slug: str) -> Plan:

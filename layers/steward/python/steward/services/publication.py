@@ -90,6 +90,7 @@ from steward.domain.follow_ups import ASKED_BY
 from steward.domain.ids import branch_name
 from steward.domain.models import Task, TaskStatus, iso, utcnow
 from steward.domain.redaction import Redactor
+from steward.domain.status_comment import tame
 
 _LOG = logging.getLogger(__name__)
 
@@ -169,6 +170,7 @@ class _Run:
     merge_parent: str | None = None  # a conflict round's merged base commit (its second parent)
     related: tuple[Mapping[str, Any], ...] = ()  # the plan's pull requests around the item
     merging: bool = False  # that merge is in the clone, not committed yet
+    files: tuple[Mapping[str, str], ...] = ()  # the change's files ({"status", "path"}), for the body
     _token: str | None = None
 
     def token(self) -> str:
@@ -386,6 +388,7 @@ class Publisher:
             diff = self._git(run, *show)
         else:
             diff = ""
+        run.files = tuple(files)
         truncated = len(diff.encode()) > MAX_DIFF_BYTES
         if truncated:
             diff = diff.encode()[:MAX_DIFF_BYTES].decode("utf-8", errors="ignore")
@@ -604,7 +607,9 @@ class Publisher:
             base=base,
             title=_title(run.redactor, task.title),
             body=run.redactor.redact(
-                pull_request_body(task, run.redactor.redact(summary), checks, cost_usd, run.related)
+                pull_request_body(
+                    task, run.redactor.redact(summary), checks, cost_usd, run.related, files=run.files
+                )
             ),
         )
         return "ok", {**_pull_detail(pull), "action": "opened", "base": base}
@@ -821,11 +826,27 @@ def pull_request_body(
     checks: Sequence[Mapping[str, Any]],
     cost_usd: Decimal,
     related: Sequence[Mapping[str, Any]] = (),
+    *,
+    files: Sequence[Mapping[str, str]] = (),
 ) -> str:
-    """The pull request's body: the run's summary, the plan's related pull requests, the
-    checks table and the cost."""
+    """The pull request's body, explaining itself to a reviewer who never opens Steward: the
+    model's summary, the item as approved, the files changed, the plan's related pull
+    requests, the checks run in the sandbox and the cost, then a footer naming Steward, the
+    task and the approved plan's content hash. What people or the model wrote is inert: the
+    item's text in a code block, names in code spans."""
     section = related_section(task.plan_slug, related)
-    lines = [*([section, ""] if section else []), "### Checks", ""]
+    lines = ["### What was asked", "", f"Item {task.ordinal} of plan `{_cell(task.plan_slug)}`:", ""]
+    lines += _fenced(task.title + (f"\n\n{task.details}" if task.details.strip() else ""))
+    if files:
+        shown = list(files)[:MAX_FILES_IN_BODY]
+        lines += ["", f"### Files changed ({len(files)})", ""]
+        lines += [
+            f"- `{_FILE_STATUS.get(f.get('status', '')[:1], 'changed')}` `{_code_text(f.get('path', ''))}`"
+            for f in shown
+        ]
+        if len(files) > len(shown):
+            lines.append(f"- and {len(files) - len(shown)} more (the full list is in `diff.patch`)")
+    lines += ["", *([section, ""] if section else []), "### Checks run in the sandbox", ""]
     if checks:
         lines += ["| Command | Exit status | Duration |", "| --- | --- | --- |"]
         lines += [
@@ -836,23 +857,47 @@ def pull_request_body(
         lines.append("No checks ran.")
     lines += [
         "",
-        f"**Model cost:** ${cost_usd:.4f}",
+        f"**Model cost:** ${cost_usd:.4f} of a ${task.budget_usd:.2f} budget",
         "",
         "---",
         (
             f"Follow-up round {task.round} of task `{task.parent}` (plan `{task.plan_slug}`, "
             f"item {task.ordinal}), as task `{task.id}`."
             if task.is_round
-            else f"Opened by Steward for task `{task.id}` (plan `{task.plan_slug}`, item {task.ordinal}, "
-            f"attempt {task.attempt})."
+            else f"Opened by Steward for task `{task.id}` (plan `{task.plan_slug}`, "
+            f"item {task.ordinal}, attempt {task.attempt}); approved content "
+            f"`{(task.content_hash or 'unknown')[:16]}`. Review it here: request changes or "
+            "comment `/steward …` and Steward answers with a follow-up round."
         ),
     ]
     tail = "\n".join(lines)
     room = MAX_BODY_CHARS - len(tail) - 64
-    text = summary.strip() or "_The run left no summary._"
+    text = tame(summary.strip()) or "_The run left no summary._"
     if len(text) > room:
         text = text[: max(room, 0)] + "\n\n[summary truncated]"
     return f"{text}\n\n{tail}\n"
+
+
+_FILE_STATUS = {
+    "A": "added",
+    "M": "modified",
+    "D": "deleted",
+    "T": "type changed",
+    "R": "renamed",
+    "C": "copied",
+}
+MAX_FILES_IN_BODY = 50
+
+
+def _fenced(text: str) -> list[str]:
+    """`text` in a fenced code block its own backticks cannot end (inert, shown as written)."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}text", *text.splitlines(), fence]
+
+
+def _code_text(text: str) -> str:
+    return " ".join(text.split()).replace("`", "'")
 
 
 def round_marker(task_id: str) -> str:

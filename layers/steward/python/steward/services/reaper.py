@@ -21,6 +21,7 @@ from datetime import datetime
 from steward.adapters.budget_store import BudgetStore
 from steward.adapters.task_store import TaskStore
 from steward.domain.errors import Conflict, LifecycleError
+from steward.domain.failures import FailureCode
 from steward.domain.ids import LIVE_SHARDS
 from steward.domain.launch import Launcher
 from steward.domain.models import PlanKind, Task, TaskStatus
@@ -42,6 +43,7 @@ class _Ending:
     event: str
     classification: str
     reason: str
+    code: FailureCode = FailureCode.CANCELLED
 
 
 def _ending(task: Task) -> _Ending | None:
@@ -50,7 +52,7 @@ def _ending(task: Task) -> _Ending | None:
         return None
     if task.kind is PlanKind.FIXTURE:
         return _Ending(TaskStatus.CANCELLED, "cancelled", "final", FIXTURE_REASON)
-    return _Ending(TaskStatus.FAILED, "finished", "retryable", REASONS[task.status])
+    return _Ending(TaskStatus.FAILED, "finished", "retryable", REASONS[task.status], FailureCode.DEADLINE)
 
 
 @dataclass
@@ -101,6 +103,7 @@ class Reaper:
                         data={"reaped": True},
                         classification=ending.classification,
                         reason=ending.reason,
+                        extra={"failure_code": ending.code},
                         overdue_at=now,
                     )
                 except (LifecycleError, Conflict) as exc:

@@ -53,6 +53,7 @@ from steward.domain.errors import (
     TooLarge,
     Unauthorized,
 )
+from steward.domain.failures import FailureCode
 from steward.domain.models import Classification, Fault, Task, TaskStatus, iso, utcnow
 
 # githubkit is imported by the App only when a review ending is checked, and the stores by
@@ -114,6 +115,9 @@ class Ending(RuntimeCall):
     artifacts_not_written: list[str] = Field(default_factory=list, max_length=len(RUNTIME_ARTIFACTS))
     # A failure that is Steward's own fault (the runtime routes count it for an alarm).
     fault: Fault | None = None
+    # Why a failed ending failed (`steward.domain.failures`); an older runner sends none, and
+    # the task then stores none.
+    code: FailureCode | None = None
 
 
 class PullChecker(Protocol):
@@ -252,6 +256,8 @@ class RuntimeService:
         extra: dict[str, Any] = dict(finished)
         if target is TaskStatus.REVIEW:
             extra |= {"pr_url": data["pr_url"], "pr_number": data["pr_number"]}
+        elif ending.code is not None:
+            extra["failure_code"] = ending.code.value
         try:
             done, changed = self.tasks.transition(
                 task,
@@ -410,8 +416,9 @@ class RuntimeService:
                 raise BadRequest("classification: a review ending has none", field="classification")
             if ending.pr_number is None:
                 raise BadRequest("pr_number: a review ending names its pull request", field="pr_number")
-            if ending.fault is not None:
-                raise BadRequest("fault: a review ending has none", field="fault")
+            named = next((key for key in ("fault", "code") if getattr(ending, key) is not None), None)
+            if named is not None:
+                raise BadRequest(f"{named}: a review ending has none", field=named)
             link = self._github().pull_url(task.repo, ending.pr_number)
             if ending.pr_url is not None and ending.pr_url.lower() != link.lower():
                 raise BadRequest(
@@ -437,8 +444,8 @@ class RuntimeService:
                 "classification": ending.classification.value,
                 "reason": ending.reason,
             }
-            if ending.fault is not None:
-                data["fault"] = ending.fault.value
+            why = {"fault": ending.fault, "code": ending.code}
+            data |= {key: value.value for key, value in why.items() if value is not None}
         if ending.artifacts_not_written:
             data["artifacts_not_written"] = sorted(set(ending.artifacts_not_written))
         return data

@@ -25,11 +25,15 @@ class TaskService:
         events: EventStore,
         artifacts: ArtifactStore,
         clock: Callable[[], datetime] = utcnow,
+        tick_now: Callable[[str], object] | None = None,
     ) -> None:
         self.tasks = tasks
         self.events = events
         self.artifacts = artifacts
         self.clock = clock
+        # A tick for the user right after a retry (`steward.adapters.queue:TickNow`, which
+        # never raises); None: the scheduler's next window ticks them.
+        self.tick_now = tick_now
 
     def get(self, user: str, task_id: str) -> Task:
         return self.tasks.require_owned(user, task_id)
@@ -96,7 +100,8 @@ class TaskService:
 
     def retry(self, user: str, task_id: str) -> Task:
         """Ask for another attempt of the task's item (409 for a local fixture's task: the
-        loop never spawns for a fixture, so the attempt would never come)."""
+        loop never spawns for a fixture, so the attempt would never come). A person's retry
+        starts work at once: the interval gate does not hold it back, and a tick is enqueued."""
         task = self.tasks.require_owned(user, task_id)
         if task.kind is PlanKind.FIXTURE:
             raise LifecycleError(
@@ -105,4 +110,6 @@ class TaskService:
                 field="task_id",
             )
         self.tasks.request_retry(task, now=self.clock())
+        if self.tick_now is not None:
+            self.tick_now(user)
         return task

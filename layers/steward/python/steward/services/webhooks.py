@@ -42,7 +42,9 @@ recorded by `steward.services.asks` in one transaction with the delivery's mark:
 round key (pull request, head commit, kind) and once per GitHub object, so a redelivery under
 another id, a review's inline comment or a second failing check on one commit changes
 nothing. A conversation comment names only its pull request's number: once the delivery is
-known to be new, GitHub is asked for that pull request's head.
+known to be new, GitHub is asked for that pull request's head. A recorded ask starts work at
+once: its wake lets the loop's next tick through the interval gate, and a tick for the task's
+owner is enqueued (`tick_now`) once the record is committed.
 
 Installations: each event is merged into the installation's stored merge state
 (`domain.webhooks.merge`, order-independent) under an optimistic version check, and the
@@ -118,6 +120,7 @@ class WebhookReceiver:
         ttl_days: int = 14,
         app_slug: str = "steward",
         pulls: Callable[[], PullHeads] | None = None,
+        tick_now: Callable[[str], object] | None = None,
     ) -> None:
         self.secret = secret
         self.deliveries = deliveries
@@ -125,6 +128,9 @@ class WebhookReceiver:
         self.installations = installations
         self.pulls = pulls  # a conversation comment's pull request head, from GitHub
         self.asks = Asks(tasks, pulls)
+        # A tick for the owner right after a recorded ask (`steward.adapters.queue:TickNow`,
+        # which never raises); None: the scheduler's next window ticks them.
+        self.tick_now = tick_now
         self.clock = clock
         self.ttl_days = ttl_days
         self.app_slug = app_slug
@@ -291,9 +297,12 @@ class WebhookReceiver:
         task, problem = self._correlated(task_id_from_branch(branch), trigger.installation_id, trigger)
         if task is None:
             return self._ignored(problem, context)
-        return self.asks.record(
+        outcome = self.asks.record(
             task, trigger, now=now, origin={"delivery": context["delivery"]}, include=[mark]
         )
+        if outcome.status == "applied" and self.tick_now is not None:
+            self.tick_now(task.user)  # the record is committed: the loop may act on it now
+        return outcome
 
     def _not_reopened(
         self, back: Reopened, task: Task, event: Mapping[str, Any], now: datetime, mark: Mapping[str, Any]

@@ -13,7 +13,7 @@ REST (root of `twin.url`, as `api.github.com`):
 * `GET /repos/{o}/{r}`, `GET /installation/repositories`, `DELETE /installation/token`,
   `POST|GET /repos/{o}/{r}/pulls`, `GET|PATCH /repos/{o}/{r}/pulls/{n}`,
   `PUT|GET /repos/{o}/{r}/pulls/{n}/merge`, `POST|GET /repos/{o}/{r}/issues/{n}/comments`
-  (a pull request's conversation; `since`), `GET /repos/{o}/{r}/pulls/{n}/reviews`,
+  (a pull request's conversation; `since`), `PATCH /repos/{o}/{r}/issues/comments/{id}`, `GET /repos/{o}/{r}/pulls/{n}/reviews`,
   `GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`, `GET /repos/{o}/{r}/pulls/{n}/comments`
   (inline comments; `since`), `GET /repos/{o}/{r}/commits/{ref}/check-runs` (`filter`,
   `check_name`, `status`, `app_id`), `GET /repos/{o}/{r}/commits/{ref}/status` (the combined

@@ -15,6 +15,7 @@ SWITCHES = (
     "duplicate_deliveries",
     "reorder_deliveries",
     "drop_response_after_pr_create",
+    "drop_response_after_comment_create",
     "server_errors",
     "secondary_rate_limit",
 )
@@ -29,6 +30,7 @@ class Faults:
       them in reverse order.
     * `drop_response_after_pr_create`: the next N pull request creations take effect, then
       the connection is closed without an answer.
+    * `drop_response_after_comment_create`: the same for the next N comments.
     * `server_errors`: the next N REST calls are answered 502, 503, 502, ... in turn.
     * `secondary_rate_limit`: the next N REST calls are answered 403 with `retry-after: 1`
       and GitHub's secondary rate limit message.
@@ -37,6 +39,7 @@ class Faults:
     duplicate_deliveries: int = 0
     reorder_deliveries: int = 0
     drop_response_after_pr_create: int = 0
+    drop_response_after_comment_create: int = 0
     server_errors: int = 0
     secondary_rate_limit: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)

@@ -407,7 +407,12 @@ def _merge_pull(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
 
 def _create_comment(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     comment = twin.api_create_comment(req.authorization, _full(m), int(m[2]), req.json())
-    return _Result(201, comment, [("Location", comment["url"])])
+    drop = twin.faults.take("drop_response_after_comment_create")
+    return _Result(201, comment, [("Location", comment["url"])], drop=drop)
+
+
+def _update_comment(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_update_comment(req.authorization, _full(m), int(m[2]), req.json()))
 
 
 def _list_comments(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
@@ -472,6 +477,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/merge$"), _check_merged),
     ("POST", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/issues/{_NUMBER}/comments$"), _create_comment),
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/issues/{_NUMBER}/comments$"), _list_comments),
+    ("PATCH", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/issues/comments/{_ID}$"), _update_comment),
     ("GET", re.compile(rf"^/repos/{_SEGMENT}/{_SEGMENT}/pulls/{_NUMBER}/reviews$"), _list_reviews),
     (
         "GET",

@@ -978,6 +978,27 @@ class GitHubTwin(Running):
             self._pull(repo, number).updated_at = now  # as any comment does on GitHub
             return self._comment_json(repo, comment)
 
+    def api_update_comment(
+        self, authorization: str | None, full_name: str, comment_id: int, body: Json
+    ) -> Json:
+        """`PATCH /repos/{o}/{r}/issues/comments/{id}`: replace a comment's body (404: no such
+        comment in the repository, as after a person deleted it)."""
+        with self._lock:
+            token = self._token(authorization)
+            repo = self._reachable_repo(token, full_name)
+            _require(token, "pull_requests", "write")
+            text = body.get("body")
+            if not isinstance(text, str) or not text:
+                raise _validation_failed(
+                    _DOCS_COMMENTS, {"resource": "IssueComment", "field": "body", "code": "missing_field"}
+                )
+            for (repo_id, _), comments in self._comments.items():
+                for comment in comments:
+                    if repo_id == repo.id and comment.id == comment_id:
+                        comment.body, comment.updated_at = text, time.time()
+                        return self._comment_json(repo, comment)
+            raise TwinError(404, "Not Found", documentation_url=_DOCS_COMMENTS)
+
     def api_list_comments(
         self, authorization: str | None, full_name: str, number: int, query: Mapping[str, str] | None = None
     ) -> list[Json]:
