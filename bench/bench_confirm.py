@@ -81,7 +81,7 @@ def measure(plans: int, interval: int | None) -> tuple[list[float], list[float],
     running: list[float] = []
     first_call: list[float] = []
     with LocalStack(state_file=root / "local.json") as stack:  # the default tick (2 s)
-        os.environ["AWS_ENDPOINT_URL"] = stack.state["aws_endpoint_url"]
+        os.environ["AWS_ENDPOINT_URL"] = stack.state["aws_endpoint_url"]  # this stack's, until it stops
         tables = Tables.connect(stack.state["table_prefix"], region_name=LOCAL_REGION)
         users, plan_store, tasks = UserStore(tables), PlanStore(tables), TaskStore(tables)
         token = stack.state["users"]["alice"]
@@ -101,7 +101,7 @@ def measure(plans: int, interval: int | None) -> tuple[list[float], list[float],
                 return tasks.get(task_id) if task_id else None
 
             for n in range(plans):
-                slug = f"bench-{n}"
+                slug = f"bench-{setting}s-{n}"  # distinct in each run of the process
                 markdown = (
                     f"---\nrepo: {SAMPLE_REPO}\nbase: main\nmodel: scripted-coder\nmax_attempts: 1\n"
                     f"checks:\n  - python -m pytest -q\n---\n# Bench {n}\n\n- [ ] BENCH-{n}: note {n}\n"
@@ -118,6 +118,7 @@ def measure(plans: int, interval: int | None) -> tuple[list[float], list[float],
                 wait(partial(charged_task, task_of, slug))
                 first_call.append(time.monotonic() - started)
                 api.post(f"/v1/tasks/{found.id}/cancel").raise_for_status()  # frees the loop's slot
+    os.environ.pop("AWS_ENDPOINT_URL", None)
     return running, first_call, setting
 
 
