@@ -44,16 +44,18 @@ TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
     },
     # The live users' index only.
     "scheduler": {USERS: (QUERY,)},
-    # Lease and watermark, plans' items, spawn (task put + plan item + user charge), tickets
-    # for the launched runtimes, the resync's reads of installations (for_owner: the
-    # by_owner index; get_synced), the global brake before a spawn.
+    # Lease and watermark, plans' items, spawn (task put + plan item + user charge; a retry's
+    # spawn checks the previous task in the same transaction), tickets for the launched
+    # runtimes, the resync's installations (for_owner: the by_owner index; get_synced; and
+    # put_synced, an update, when it re-reads an installation whose deliveries disagreed),
+    # the global brake before a spawn.
     "heartbeat": {
         USERS: (GET, UPDATE),
         PLANS: (GET, QUERY, UPDATE),
-        TASKS: (GET, QUERY, PUT, UPDATE),
+        TASKS: (GET, QUERY, PUT, UPDATE, CHECK),
         EVENTS: (PUT,),
         TICKETS: (PUT,),
-        INSTALLATIONS: (GET, QUERY),
+        INSTALLATIONS: (GET, QUERY, UPDATE),
         CONTROLS: (GET,),
     },
     # Overdue tasks (live_deadline), expired reservations (reserved), the last hour's spend

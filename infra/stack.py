@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, CfnOutput, CfnParameter, Duration, Stack, Validations
+from aws_cdk import Acknowledgment, CfnOutput, CfnParameter, Duration, Stack, Token, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
@@ -276,14 +276,13 @@ class StewardStack(Stack):
                 actions=["s3:PutObject"], resources=[storage.artifacts.arn_for_objects("plans/*")]
             )
         )
-        # API: which of a task's artifacts exist (`GET /v1/tasks/{id}/artifacts`), under the
-        # artifacts prefix only.
+        # API: which of a task's artifacts exist (`GET /v1/tasks/{id}/artifacts`), and a
+        # missing object answered 404, not 403: S3 says "no such key" to a reader only if it
+        # may list the bucket, and a GetObject or HeadObject carries no `s3:prefix`, so a
+        # grant conditioned on one would turn every missing artifact or kept document (a
+        # screen before its run ends, `plan diff`) into a 403 and a 500.
         self.functions["api"].role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[storage.artifacts.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": ["artifacts/*"]}},
-            )
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[storage.artifacts.bucket_arn])
         )
         # The App's key: tokens for the runtime routes, the loop's GitHub calls, and the
         # receiver's reading of a conversation comment's pull request.
@@ -353,7 +352,16 @@ class StewardStack(Stack):
 
     def acknowledge(self) -> None:
         """cdk-nag findings accepted, each by its exact id on the construct it concerns."""
-        for path, finding, reason in ACKNOWLEDGED:
+        names = {
+            "partition": ("<AWS::Partition>", self.partition),
+            "region": ("<AWS::Region>", self.region),
+            "account": ("<AWS::AccountId>", self.account),
+        }
+        shown = {
+            key: pseudo if Token.is_unresolved(value) else value for key, (pseudo, value) in names.items()
+        }
+        for path, template, reason in ACKNOWLEDGED:
+            finding = template.format(**shown) if template == _TASKS else template
             scope: IConstruct = self
             for part in path.split("/"):
                 scope = scope.node.find_child(part)
@@ -362,7 +370,9 @@ class StewardStack(Stack):
 
 _FUNCTIONS = ("Api", "Scheduler", "Heartbeat", "Reaper", "Relay", "Webhook", "Runtime")
 _OBJECTS = "AwsSolutions-IAM5[Resource::<StorageArtifacts08431D1F.Arn>/*]"
-_TASKS = "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/<RunnerCluster2ECE3DAD>/*]"
+# The runner tasks' ARN as cdk-nag names it: with pseudo parameters for an environment-agnostic
+# stack, literals for one deployed with an account and a region (`cdk deploy` with credentials).
+_TASKS = "AwsSolutions-IAM5[Resource::arn:{partition}:ecs:{region}:{account}:task/<RunnerCluster2ECE3DAD>/*]"
 # (construct path under the stack, finding id, why it is accepted)
 ACKNOWLEDGED: list[tuple[str, str, str]] = [
     *(

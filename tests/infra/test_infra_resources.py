@@ -410,3 +410,28 @@ def test_a_context_price_table_that_cannot_work_fails_the_synth_naming_it() -> N
         assert words in str(refused.value), (value, str(refused.value))
     assert price_table_setting(None) is None
     assert json.loads(price_table_setting(json.dumps(OWN_PRICES)) or "") == OWN_PRICES
+
+
+def test_the_stack_synthesizes_for_a_concrete_account_and_region(
+    fake_layers: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cdk deploy` with credentials gives the app an account and a region: ARNs render as
+    literals there, and every cdk-nag acknowledgment must still match (else synthesis fails)."""
+    from aws_cdk import App  # noqa: PLC0415
+    from aws_cdk.assertions import Template  # noqa: PLC0415
+
+    from infra.app import build  # noqa: PLC0415
+
+    monkeypatch.setenv("CDK_DEFAULT_ACCOUNT", "123456789012")
+    monkeypatch.setenv("CDK_DEFAULT_REGION", "eu-west-1")
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    context["availability-zones:account=123456789012:region=eu-west-1"] = [
+        "eu-west-1a",
+        "eu-west-1b",
+        "eu-west-1c",
+    ]
+    app = App(outdir=str(tmp_path_factory.mktemp("cdk.out.env")), context=context)
+    stack = build(app, fake_layers)
+    app.synth()  # cdk-nag's findings without an acknowledgment fail here
+    functions = of_type(dict(Template.from_stack(stack).to_json()["Resources"]), "AWS::Lambda::Function")
+    assert len(functions) >= 7

@@ -241,3 +241,17 @@ def test_cfn_lint_finds_nothing(template_file: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_api_may_list_the_bucket_so_a_missing_object_is_a_404_not_a_403(
+    resources: dict[str, Any],
+) -> None:
+    """A GetObject or HeadObject of a missing key is 404 only for a reader allowed to list the
+    bucket with no condition (those requests carry no `s3:prefix`)."""
+    listing = [
+        s
+        for s in statements_of_role(resources, role_id(resources, "api"))
+        if "s3:ListBucket" in as_list(s["Action"])
+    ]
+    assert listing
+    assert all("Condition" not in s for s in listing)

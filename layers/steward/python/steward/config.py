@@ -331,7 +331,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_RUNNER_SUBNETS",
         "runner_subnets",
-        {"heartbeat"},
+        LAUNCHING,  # the reaper builds the same launcher (it stops runtimes)
         required=True,
         parse=_csv,
         doc="subnets of the runtime's tasks, comma-separated",
@@ -339,7 +339,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "STEWARD_RUNNER_SECURITY_GROUPS",
         "runner_security_groups",
-        {"heartbeat"},
+        LAUNCHING,
         required=True,
         parse=_csv,
         doc="security groups of the runtime's tasks, comma-separated",
