@@ -127,7 +127,9 @@ class StewardStack(Stack):
             env["STEWARD_PRICE_TABLE"] = prices
         self.prices = load_price_table(prices)
         for name, value in (
-            ("STEWARD_DEFAULT_MODEL", ctx("defaultModel")),
+            # No default model unless the deployment names one: a plan without `model:` is
+            # refused rather than run on the local stack's scripted model in AWS.
+            ("STEWARD_DEFAULT_MODEL", ctx("defaultModel") or "none"),
             ("STEWARD_MAX_BUDGET_USD", ctx("maxBudgetUsd")),
             ("STEWARD_SPEND_LIMIT_USD_PER_HOUR", ctx("spendLimitUsdPerHour")),
         ):

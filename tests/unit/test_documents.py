@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from steward.config import Settings
 from steward.domain.documents import (
     MAX_DOCUMENT_BYTES,
     MAX_ITEMS,
@@ -93,6 +94,18 @@ def test_defaults_come_from_the_policy() -> None:
     policy = DocumentPolicy(default_model="m-1", default_budget_usd=Decimal("0.50"))
     fm = parse_document(doc("- [ ] one\n"), policy).front_matter
     assert (fm.model, fm.budget_usd) == ("m-1", Decimal("0.5"))
+
+
+def test_a_deployment_without_a_default_model_refuses_a_plan_that_names_none() -> None:
+    """In AWS without a `defaultModel` context (`STEWARD_DEFAULT_MODEL=none`), a plan names its
+    model: the local stack's scripted model is never chosen for it."""
+    none = DocumentPolicy(default_model=None)
+    error = reject(doc("- [ ] one\n"), "front_matter.model", 1, none)
+    assert "names no default model" in error.message
+    named = doc("- [ ] one\n", front("repo: a/b", "checks: [x]", "model: scripted"))
+    assert parse_document(named, none).front_matter.model == "scripted"  # a smoke test, named
+    assert Settings.from_env({"STEWARD_DEFAULT_MODEL": "none"}).document_policy.default_model is None
+    assert Settings.from_env({}).document_policy.default_model == "scripted"  # the local stack's
 
 
 def test_null_optional_keys_take_their_defaults() -> None:

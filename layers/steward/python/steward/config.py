@@ -74,6 +74,10 @@ def _text(_: str, raw: str) -> str:
     return raw
 
 
+def _default_model(_: str, raw: str) -> str | None:
+    return None if raw == "none" else raw
+
+
 def _optional(_: str, raw: str) -> str | None:
     return raw or None
 
@@ -176,7 +180,12 @@ SETTINGS: tuple[Setting, ...] = (
         doc="budget_usd of a plan that names none",
     ),
     _setting(
-        "STEWARD_DEFAULT_MODEL", "default_model", {"api"}, parse=_text, doc="model of a plan that names none"
+        "STEWARD_DEFAULT_MODEL",
+        "default_model",
+        {"api"},
+        parse=_default_model,
+        doc="model of a plan that names none; `none`: a plan must name its model (a deployment "
+        "without a `defaultModel` context)",
     ),
     _setting(
         "STEWARD_QUEUE_PREFIX",
@@ -438,7 +447,7 @@ class Settings:
     artifacts_bucket: str = "steward-artifacts"
     max_budget_usd: Decimal = Decimal("10.00")
     default_budget_usd: Decimal = Decimal("2.00")
-    default_model: str = "scripted"
+    default_model: str | None = "scripted"
     queue_prefix: str | None = None
     tick_seconds: int = 60
     capability_key_ids: tuple[str, ...] = ()

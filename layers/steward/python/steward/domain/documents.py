@@ -78,7 +78,7 @@ class DocumentPolicy:
 
     max_budget_usd: Decimal = Decimal("10.00")
     default_budget_usd: Decimal = Decimal("2.00")
-    default_model: str = "scripted"
+    default_model: str | None = "scripted"  # None: a plan must name its model
     max_bytes: int = MAX_DOCUMENT_BYTES
     max_items: int = MAX_ITEMS
 
@@ -522,7 +522,15 @@ def _front_matter(lines: list[str], policy: DocumentPolicy) -> tuple[FrontMatter
         hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
         raise _fm_error(f"unknown key {unknown!r} ({hint})", key_lines.get(unknown, 1), unknown)
     values = {key: value for key, value in data.items() if not (key in known and value is None)}
-    values.setdefault("model", policy.default_model)
+    if policy.default_model is not None:
+        values.setdefault("model", policy.default_model)
+    elif "model" not in values:
+        raise _fm_error(
+            "model is required: this deployment names no default model (name one of its price "
+            "table, or `scripted` for a smoke test of the loop)",
+            1,
+            "model",
+        )
     values.setdefault("budget_usd", policy.default_budget_usd)
     try:
         front_matter = FrontMatter.model_validate(values, context={"policy": policy})
