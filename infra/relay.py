@@ -41,8 +41,11 @@ class Relay(Construct):
             binary_media_types=list(RELAY_BINARY_MEDIA_TYPES),
             description="Steward relay: model calls under a capability (checked by the relay)",
             endpoint_types=[apigateway.EndpointType.REGIONAL],
+            # The role API Gateway logs with is one per account and region, shared by every
+            # REST API there: a destroy of this stack must not take it (and the account's
+            # logging setting) from the others.
             cloud_watch_role=True,
-            cloud_watch_role_removal_policy=RemovalPolicy.DESTROY,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
             deploy_options=apigateway.StageOptions(
                 stage_name="v1",
                 access_log_destination=apigateway.LogGroupLogDestination(self.access_logs),

@@ -435,3 +435,14 @@ def test_the_stack_synthesizes_for_a_concrete_account_and_region(
     app.synth()  # cdk-nag's findings without an acknowledgment fail here
     functions = of_type(dict(Template.from_stack(stack).to_json()["Resources"]), "AWS::Lambda::Function")
     assert len(functions) >= 7
+
+
+def test_the_account_wide_api_gateway_logging_role_survives_a_destroy(resources: dict[str, Any]) -> None:
+    """API Gateway's CloudWatch role and account setting are shared by every REST API of the
+    account and region: `cdk destroy` retains them."""
+    shared = {
+        **of_type(resources, "AWS::ApiGateway::Account"),
+        **{k: v for k, v in of_type(resources, "AWS::IAM::Role").items() if "CloudWatchRole" in k},
+    }
+    assert len(shared) == 2
+    assert {k: v.get("DeletionPolicy") for k, v in shared.items()} == dict.fromkeys(shared, "Retain")
