@@ -446,3 +446,13 @@ def test_the_account_wide_api_gateway_logging_role_survives_a_destroy(resources:
     }
     assert len(shared) == 2
     assert {k: v.get("DeletionPolicy") for k, v in shared.items()} == dict.fromkeys(shared, "Retain")
+
+
+def test_the_deadlines_of_a_model_call_are_ordered_from_the_provider_out() -> None:
+    """Bedrock's read < the relay function's timeout <= the route's integration timeout < the
+    runner's wait: each layer answers (an error included) before the one around it gives up.
+    (The OpenAI-compatible provider serves local models, whose answers may take longer.)"""
+    from steward.adapters.providers import bedrock  # noqa: PLC0415
+    from steward.adapters.runtime_api import MODEL_TIMEOUT_SECONDS  # noqa: PLC0415
+
+    assert bedrock.READ_TIMEOUT_SECONDS < TIMEOUTS["relay"] <= RELAY_TIMEOUT_SECONDS < MODEL_TIMEOUT_SECONDS

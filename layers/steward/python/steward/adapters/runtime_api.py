@@ -44,6 +44,11 @@ _MESSAGE_LIMIT = 300
 UPLOAD_TIMEOUT = 120.0
 
 
+# The runner waits for a model call a little longer than the relay's route may take (its
+# integration timeout, 300 s), so the relay's own answer, an error included, reaches it.
+MODEL_TIMEOUT_SECONDS = 330.0
+
+
 @dataclass(frozen=True)
 class Claimed:
     task: Task
@@ -108,7 +113,7 @@ class RuntimeApi:
         relay_url: str,
         *,
         timeout: float = 30.0,
-        model_timeout: float = 300.0,
+        model_timeout: float = MODEL_TIMEOUT_SECONDS,
         max_wait_seconds: float = 120.0,
         attempts: int = 4,
         sleep: Callable[[float], None] = time.sleep,

@@ -32,7 +32,10 @@ from steward.domain.errors import ProviderError, ProviderOutcomeUnknown
 
 ENDPOINT_ENV = "STEWARD_BEDROCK_ENDPOINT_URL"
 CONNECT_TIMEOUT_SECONDS = 5
-READ_TIMEOUT_SECONDS = 600
+# Under the relay function's own timeout (`infra.layout.TIMEOUTS`, 300 s): a call that would
+# outlast it ends as the provider's error the relay answers and settles, not as a killed
+# Lambda whose reservation the reaper charges in full (`tests/infra`: the deadlines' order).
+READ_TIMEOUT_SECONDS = 240
 MAX_ATTEMPTS = 3  # in total, the first attempt included
 
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9_.]{1,80}$")
