@@ -8,8 +8,9 @@ pulls the image and writes the log stream.
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import IgnoreMode, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -22,6 +23,14 @@ CONTAINER = "runner"
 CPU = 2048
 MEMORY_MIB = 4096
 EPHEMERAL_GIB = 40
+# The build context of the runner's image: what containers/runner/Dockerfile copies.
+IMAGE_FILES = (
+    "pyproject.toml",
+    "README.md",
+    "requirements.lock",
+    "containers/runner",
+    "layers/steward/python",
+)
 
 
 class Runner(Construct):
@@ -85,17 +94,14 @@ class Runner(Construct):
             image=ecs.ContainerImage.from_asset(
                 str(ROOT),
                 file="containers/runner/Dockerfile",
-                exclude=[
-                    ".venv",
-                    ".git",
-                    "build",
-                    "cdk.out",
-                    "node_modules",
-                    ".steward",
-                    "**/__pycache__",
-                    "tests",
-                    "bench",
-                ],
+                # Fargate runs it on x86-64 (above): built for that on any machine (an arm64
+                # laptop builds it with buildx and QEMU).
+                platform=ecr_assets.Platform.LINUX_AMD64,
+                # What the Dockerfile copies, and nothing else: the build context stays small
+                # and unchanged by virtualenvs, caches or tests, so a deploy rebuilds it only
+                # when the runner's own files change.
+                ignore_mode=IgnoreMode.DOCKER,
+                exclude=["*", *(f"!{path}" for path in IMAGE_FILES), "**/__pycache__"],
             ),
             logging=ecs.LogDriver.aws_logs(stream_prefix="runner", log_group=self.log_group),
         )

@@ -456,3 +456,25 @@ def test_the_deadlines_of_a_model_call_are_ordered_from_the_provider_out() -> No
     from steward.adapters.runtime_api import MODEL_TIMEOUT_SECONDS  # noqa: PLC0415
 
     assert bedrock.READ_TIMEOUT_SECONDS < TIMEOUTS["relay"] <= RELAY_TIMEOUT_SECONDS < MODEL_TIMEOUT_SECONDS
+
+
+def test_the_runner_images_build_context_is_what_its_dockerfile_copies(
+    template: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The staged image asset holds the files the Dockerfile copies and nothing else (no
+    virtualenv, cache, test or build output): small, and unchanged unless the runner's own
+    files change."""
+    del template  # synthesized, its assets staged
+    staged = [
+        path.parent.parent.parent
+        for path in tmp_path_factory.getbasetemp().glob("cdk.out*/asset.*/containers/runner/Dockerfile")
+    ]
+    assert staged
+    for asset in staged:
+        top = sorted(p.name for p in asset.iterdir())
+        assert top == ["README.md", "containers", "layers", "pyproject.toml", "requirements.lock"], top
+        assert not list(asset.rglob("__pycache__"))
+        copied = (ROOT / "containers" / "runner" / "Dockerfile").read_text()
+        for line in (line for line in copied.splitlines() if line.startswith("COPY ")):
+            for source in line.split()[1:-1]:
+                assert (asset / source).exists(), source
