@@ -34,21 +34,31 @@ IMAGE_FILES = (
 
 
 class Runner(Construct):
-    def __init__(self, scope: Construct, id: str, *, log_retention: logs.RetentionDays) -> None:
+    def __init__(
+        self, scope: Construct, id: str, *, log_retention: logs.RetentionDays, network: str | None = None
+    ) -> None:
         super().__init__(scope, id)
+        if network not in (None, "private", "public"):
+            raise ValueError(f"the context runnerNetwork is `private` or `public`, not {network!r}")
+        # `private` (the default): private subnets behind one NAT gateway (about $35 a month
+        # with nothing running). `public`: public subnets, a public IP per task, no NAT; the
+        # same security group lets out HTTPS only and nothing in.
+        self.assign_public_ip = network == "public"
         flow_logs = logs.LogGroup(
             self, "FlowLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY
         )
-        # Private subnets with one NAT gateway: the launcher starts tasks without public IPs.
+        runners = ec2.SubnetType.PUBLIC if self.assign_public_ip else ec2.SubnetType.PRIVATE_WITH_EGRESS
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
             max_azs=2,
-            nat_gateways=1,
+            nat_gateways=0 if self.assign_public_ip else 1,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
-                ec2.SubnetConfiguration(
-                    name="runners", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20
+                *(
+                    []
+                    if self.assign_public_ip
+                    else [ec2.SubnetConfiguration(name="runners", subnet_type=runners, cidr_mask=20)]
                 ),
             ],
             flow_logs={
@@ -59,7 +69,7 @@ class Runner(Construct):
             },
             restrict_default_security_group=True,
         )
-        self.subnets = self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        self.subnets = self.vpc.select_subnets(subnet_type=runners)
         self.security_group = ec2.SecurityGroup(
             self,
             "TaskSecurityGroup",

@@ -88,7 +88,7 @@ class StewardStack(Stack):
         )
 
         storage = Storage(self, "Storage", prefix=prefix, deletion_protection=deletion_protection)
-        runner = Runner(self, "Runner", log_retention=retention)
+        runner = Runner(self, "Runner", log_retention=retention, network=ctx("runnerNetwork"))
         api = Api(
             self,
             "Api",
@@ -117,6 +117,7 @@ class StewardStack(Stack):
             "STEWARD_RUNNER_CONTAINER": CONTAINER,
             "STEWARD_RUNNER_SUBNETS": ",".join(runner.subnets.subnet_ids),
             "STEWARD_RUNNER_SECURITY_GROUPS": runner.security_group.security_group_id,
+            "STEWARD_RUNNER_PUBLIC_IP": "true" if runner.assign_public_ip else "false",
             "STEWARD_TICK_SECONDS": str(TICK_SECONDS),
             "STEWARD_LAUNCHER": "fargate",
             "STEWARD_API_URL": api.url,

@@ -430,11 +430,26 @@ def test_the_stack_synthesizes_for_a_concrete_account_and_region(
         "eu-west-1b",
         "eu-west-1c",
     ]
+    # and with the runtimes in public subnets (no NAT gateway), the other network it offers
+    context["runnerNetwork"] = "public"
     app = App(outdir=str(tmp_path_factory.mktemp("cdk.out.env")), context=context)
     stack = build(app, fake_layers)
     app.synth()  # cdk-nag's findings without an acknowledgment fail here
-    functions = of_type(dict(Template.from_stack(stack).to_json()["Resources"]), "AWS::Lambda::Function")
-    assert len(functions) >= 7
+    resources = dict(Template.from_stack(stack).to_json()["Resources"])
+    assert len(of_type(resources, "AWS::Lambda::Function")) >= 7
+    assert not of_type(resources, "AWS::EC2::NatGateway")
+    assert not of_type(resources, "AWS::EC2::EIP")
+    for function in ("heartbeat", "reaper"):
+        variables = resources[function_id(resources, function)]["Properties"]["Environment"]["Variables"]
+        assert variables["STEWARD_RUNNER_PUBLIC_IP"] == "true"
+
+
+def test_by_default_the_runtimes_run_in_private_subnets_behind_one_nat_gateway(
+    resources: dict[str, Any],
+) -> None:
+    assert len(of_type(resources, "AWS::EC2::NatGateway")) == 1
+    variables = resources[function_id(resources, "heartbeat")]["Properties"]["Environment"]["Variables"]
+    assert variables["STEWARD_RUNNER_PUBLIC_IP"] == "false"
 
 
 def test_the_account_wide_api_gateway_logging_role_survives_a_destroy(resources: dict[str, Any]) -> None:

@@ -78,6 +78,12 @@ def _default_model(_: str, raw: str) -> str | None:
     return None if raw == "none" else raw
 
 
+def _yes_no(name: str, raw: str) -> bool:
+    if raw not in ("true", "false"):
+        raise ValueError(f"{name} must be true or false, got {raw!r}")
+    return raw == "true"
+
+
 def _optional(_: str, raw: str) -> str | None:
     return raw or None
 
@@ -354,6 +360,13 @@ SETTINGS: tuple[Setting, ...] = (
         doc="security groups of the runtime's tasks, comma-separated",
     ),
     _setting(
+        "STEWARD_RUNNER_PUBLIC_IP",
+        "runner_public_ip",
+        LAUNCHING,
+        parse=_yes_no,
+        doc="`true`: each runtime's task gets a public IP (its subnets are public: no NAT gateway)",
+    ),
+    _setting(
         "STEWARD_API_URL",
         "api_url",
         {"heartbeat"},
@@ -419,6 +432,7 @@ _DEFAULTS: dict[str, str] = {
     "STEWARD_CAPABILITY_LIFETIME": "3600",
     "STEWARD_LAUNCHER": "fargate",
     "STEWARD_RUNNER_CONTAINER": "runner",
+    "STEWARD_RUNNER_PUBLIC_IP": "false",
     "STEWARD_GITHUB_RESYNC_SECONDS": "900",
     "STEWARD_GITHUB_RESYNC_MAX_CALLS": "45",
     "STEWARD_GITHUB_APP_SLUG": "steward",
@@ -472,6 +486,7 @@ class Settings:
     runner_container: str = "runner"
     runner_subnets: tuple[str, ...] = ()
     runner_security_groups: tuple[str, ...] = ()
+    runner_public_ip: bool = False
     api_url: str = ""
     relay_url: str = ""
     console_sign_in: str = "none"

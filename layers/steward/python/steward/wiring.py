@@ -393,6 +393,7 @@ def launcher() -> Launcher:
         subnets=list(s.runner_subnets),
         security_groups=list(s.runner_security_groups),
         endpoints=endpoints,
+        assign_public_ip=s.runner_public_ip,
     )
 
 
