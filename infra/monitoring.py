@@ -15,18 +15,28 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+from steward.domain import errors
 from steward.domain.webhooks import Status
 from steward.observability import NAMESPACE
 from steward.services.heartbeat import Outcome
 
+# What `steward.api.http.install_error_handlers` counts for a handler given metrics: each
+# refusal by its status (every status an error of `steward.domain.errors` has), and an
+# unexpected failure.
+_STATUSES = {
+    error.status
+    for error in vars(errors).values()
+    if isinstance(error, type) and issubclass(error, errors.StewardError)
+}
+_REFUSED = (*(f"Refused{s}" for s in sorted(_STATUSES)), "Failed500")
 # What each handler counts (grep add_metric): function -> metric names.
 METRICS: dict[str, tuple[str, ...]] = {
     "scheduler": ("UsersScheduled",),
     "heartbeat": ("TasksSpawned", "MalformedTicks", *(f"Tick_{o.value}" for o in Outcome)),
-    "relay": ("CallsAdmitted", "ProviderOverReport"),
+    "relay": ("CallsAdmitted", "ProviderOverReport", *_REFUSED),
     "reaper": ("TasksReaped", "ReservationsExpired", "SpendBrakeEngaged", "SpendLastHourUsd"),
-    "webhook": tuple(f"Delivery_{s}" for s in get_args(Status)),
-    "api": tuple(f"Refused{s}" for s in (400, 401, 403, 404, 409, 413, 429, 500)),
+    "webhook": (*(f"Delivery_{s}" for s in get_args(Status)), *_REFUSED),
+    "api": _REFUSED,
     "runtime": ("RunnerRequestRefused",),
 }
 

@@ -493,3 +493,37 @@ def test_the_runner_images_build_context_is_what_its_dockerfile_copies(
         for line in (line for line in copied.splitlines() if line.startswith("COPY ")):
             for source in line.split()[1:-1]:
                 assert (asset / source).exists(), source
+
+
+def test_the_dashboard_charts_the_refusals_the_api_counts() -> None:
+    """The API counts its refusals (`Refused<status>`), and each name it emits is on the
+    dashboard: an unknown route and a request without a user, through the API's own app."""
+    from steward.api.app import create_app  # noqa: PLC0415
+
+    from infra.monitoring import METRICS  # noqa: PLC0415
+
+    emitted: list[str] = []
+
+    class Recorder:
+        def add_metric(self, name: str, unit: Any, value: float, resolution: Any = None) -> None:
+            emitted.append(name)
+
+    app = create_app(lambda: pytest.fail("no route here reaches the services"), Recorder())  # type: ignore[arg-type]
+    for path in ("/v1/no-such-route", "/v1/plans"):
+        event = {
+            "version": "2.0",
+            "routeKey": "$default",
+            "rawPath": path,
+            "rawQueryString": "",
+            "headers": {},
+            "requestContext": {
+                "http": {"method": "GET", "path": path, "sourceIp": "192.0.2.1"},
+                "stage": "$default",
+                "requestId": "r",
+            },
+            "isBase64Encoded": False,
+        }
+        app.resolve(event, None)  # type: ignore[arg-type]
+    assert emitted == ["Refused404", "Refused401"]
+    assert set(emitted) <= set(METRICS["api"])
+    assert {"Refused401", "Refused404"} <= set(METRICS["relay"]) & set(METRICS["webhook"])

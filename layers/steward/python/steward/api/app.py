@@ -28,7 +28,7 @@ from steward.domain.models import Plan, Task, utcnow
 from steward.domain.plans import earlier_reviews, max_spend, plan_outcomes
 from steward.domain.reconcile import allowed_rounds
 from steward.domain.waiting import WaitingView
-from steward.observability import logger_for
+from steward.observability import HandlerMetrics, logger_for
 from steward.wiring import Services
 
 logger = logger_for("api")
@@ -92,9 +92,11 @@ def _shown_task(s: Services, task: Task) -> dict[str, Any]:
     return {**task.to_api(), "waiting": None if waits is None else waits.to_api()}
 
 
-def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
+def create_app(
+    services: Callable[[], Services], metrics: HandlerMetrics | None = None
+) -> APIGatewayHttpResolver:
     """`services` is called per request (cached by the caller) so importing the app does not
-    connect to AWS."""
+    connect to AWS; `metrics` counts the refusals (`Refused<status>`, on the dashboard)."""
     app = APIGatewayHttpResolver()
 
     def caller() -> str:
@@ -107,7 +109,7 @@ def create_app(services: Callable[[], Services]) -> APIGatewayHttpResolver:
     def query(model: Any) -> Any:
         return parse_query(app.current_event.query_string_parameters, model)
 
-    install_error_handlers(app, logger)
+    install_error_handlers(app, logger, metrics)
 
     # ---- plans
     @app.put("/v1/plans/<slug>")

@@ -9,13 +9,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from steward import wiring
 from steward.api import console
 from steward.api.app import create_app, logger
-from steward.observability import tracer_for
+from steward.observability import metrics_for, tracer_for
 
 tracer = tracer_for("api")
-app = create_app(wiring.api_services)
+metrics = metrics_for("api")
+app = create_app(wiring.api_services, metrics)
 console.register(app, wiring.settings)
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
