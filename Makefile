@@ -35,7 +35,7 @@ COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hash
 BUILD_REQUIRES = $(PYTHON) -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
 	print("pip", *t["build-system"]["requires"], sep="\n")'
 
-.PHONY: demo test lint bench sim install lock clean sandbox-tools browser-tools layer layer-check synth
+.PHONY: demo test lint bench sim install lock clean sandbox-tools browser-tools layer layer-check synth bootstrap deploy destroy
 
 # One line per stage on the terminal; pip's own output (a machine's pip config can add
 # hundreds of warnings) goes to $(INSTALL_LOG), which holds the last stage's and is printed
@@ -159,6 +159,19 @@ layer-check: layer
 synth: layer-check $(NODE_STAMP)
 	@$(CDK_ENV) $(CDK) synth --quiet --no-notices --no-version-reporting
 	@$(VENV)/bin/cfn-lint $(CFN_LINT_ARGS) cdk.out/Steward.template.json && echo "cfn-lint: no errors, no warnings"
+
+# With the operator's AWS credentials (and Docker, for the runner's image): the app, layers
+# and CLI that `make synth` checks, and the operator's own home (credentials, SSO cache,
+# Docker's config). Context values: CONTEXT='-c defaultModel=... -c runnerNetwork=public'.
+CONTEXT ?=
+CDK_DEPLOY_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JSII_RUNTIME_PACKAGE_CACHE_ROOT="$(CURDIR)/build/jsii" \
+	CDK_DISABLE_VERSION_CHECK=1 CDK_DISABLE_CLI_TELEMETRY=true JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
+bootstrap: $(NODE_STAMP)
+	@$(CDK_DEPLOY_ENV) $(CDK) bootstrap --no-notices $(CONTEXT)
+deploy: layer-check $(NODE_STAMP)
+	@$(CDK_DEPLOY_ENV) $(CDK) deploy Steward --no-notices $(CONTEXT)
+destroy: $(NODE_STAMP)
+	@$(CDK_DEPLOY_ENV) $(CDK) destroy Steward --no-notices $(CONTEXT)
 
 clean:
 	rm -rf $(VENV) .steward .pytest_cache .mypy_cache .ruff_cache build cdk.out node_modules
