@@ -75,3 +75,40 @@ def test_disabled_metrics_record_and_print_nothing(
     assert capsys.readouterr().out == ""
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     assert type(metrics_for("relay")).__name__ == "Metrics"
+
+
+API_PROBE = """
+import json, warnings
+from steward.api import handler
+from steward.domain.routes import CONSOLE_PREFIX
+
+class Context:
+    function_name, memory_limit_in_mb, aws_request_id = "steward-api", 128, "r"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:steward-api"
+
+def event(path):
+    http = {"method": "GET", "path": path, "sourceIp": "192.0.2.1"}
+    return {"version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "",
+            "headers": {}, "requestContext": {"http": http, "stage": "$default", "requestId": "r"},
+            "isBase64Encoded": False}
+
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    statuses = [handler.lambda_handler(event(p), Context())["statusCode"]
+                for p in ("/v1/no-such-route", CONSOLE_PREFIX + "/")]
+print(json.dumps({"statuses": statuses, "warnings": [str(w.message) for w in seen]}))
+"""
+
+
+def test_the_api_publishes_a_refusal_metric_and_nothing_for_an_answer_that_counted_none() -> None:
+    """With metrics on (as in AWS): a refusal's `Refused404` goes out as one EMF line; an answer
+    that counted nothing prints nothing and warns nothing."""
+    env = dict(os.environ, POWERTOOLS_METRICS_DISABLED="false", AWS_DEFAULT_REGION="us-east-1")
+    done = subprocess.run(
+        [sys.executable, "-c", API_PROBE], capture_output=True, text=True, check=True, env=env
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    emf = [line for line in lines if "_aws" in line]
+    assert [line["Refused404"] for line in emf] == [[1.0]]
+    result = next(line for line in lines if "statuses" in line)
+    assert result == {"statuses": [404, 200], "warnings": []}

@@ -17,8 +17,13 @@ app = create_app(wiring.api_services, metrics)
 console.register(app, wiring.settings)
 
 
-@metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    try:
+        return app.resolve(event, context)
+    finally:
+        # Only a refusal counts something: flushed then, and no "no metrics" warning for
+        # every answer that counted nothing (Powertools' `log_metrics` warns on each).
+        if getattr(metrics, "metric_set", None):
+            metrics.flush_metrics()
