@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from aws_cdk import Acknowledgment, CfnOutput, CfnParameter, Duration, Stack, Token, Validations
@@ -58,6 +59,11 @@ def price_table_setting(value: object) -> str | None:
             f"{PRICE_TABLE_MAX_BYTES} a Lambda environment has room for: keep only your own entries"
         )
     return compact
+
+
+# A cross-region inference profile's id: a geography before the model's own id
+# (`us.anthropic.claude-...`). Many models take on-demand calls only through one.
+INFERENCE_PROFILE = re.compile(r"^(us|us-gov|eu|apac|jp|au|ca|global)\.(.+)$")
 
 
 def priced_bedrock_models(table: PriceTable) -> list[str]:
@@ -229,12 +235,7 @@ class StewardStack(Stack):
                         "bedrock:InvokeModel",
                         "bedrock:InvokeModelWithResponseStream",
                     ],
-                    resources=[
-                        self.format_arn(
-                            service="bedrock", account="", resource="foundation-model", resource_name=m
-                        )
-                        for m in models
-                    ],
+                    resources=[arn for m in models for arn in self._bedrock_arns(m)],
                 )
             )
         secrets = provider_key_secrets(self.prices)
@@ -353,6 +354,28 @@ class StewardStack(Stack):
                 iam.PolicyStatement(actions=["ecs:ListTasks"], resources=["*"], conditions=on_cluster)
             )
 
+    def _bedrock_arns(self, model: str) -> list[str]:
+        """What invoking `model` needs: its foundation model in this region; for an inference
+        profile, the profile (this account and region) and its model in every region the
+        profile may route to (Bedrock authorizes the call there too)."""
+        profile = INFERENCE_PROFILE.match(model)
+        if profile is None:
+            return [
+                self.format_arn(
+                    service="bedrock", account="", resource="foundation-model", resource_name=model
+                )
+            ]
+        return [
+            self.format_arn(service="bedrock", resource="inference-profile", resource_name=model),
+            self.format_arn(
+                service="bedrock",
+                region="*",
+                account="",
+                resource="foundation-model",
+                resource_name=profile[2],
+            ),
+        ]
+
     def acknowledge(self) -> None:
         """cdk-nag findings accepted, each by its exact id on the construct it concerns."""
         names = {
@@ -363,7 +386,17 @@ class StewardStack(Stack):
         shown = {
             key: pseudo if Token.is_unresolved(value) else value for key, (pseudo, value) in names.items()
         }
-        for path, template, reason in ACKNOWLEDGED:
+        profiles = [m[2] for m in map(INFERENCE_PROFILE.match, priced_bedrock_models(self.prices)) if m]
+        routed = [
+            (
+                "RelayFunction/Role/DefaultPolicy/Resource",
+                f"AwsSolutions-IAM5[Resource::arn:{shown['partition']}:bedrock:*::foundation-model/{model}]",
+                "a cross-region inference profile routes the call to this model in any region of "
+                "its geography, and Bedrock authorizes it there: only this one model",
+            )
+            for model in profiles
+        ]
+        for path, template, reason in [*ACKNOWLEDGED, *routed]:
             finding = template.format(**shown) if template == _TASKS else template
             scope: IConstruct = self
             for part in path.split("/"):

@@ -328,6 +328,13 @@ OWN_PRICES = {
             "output_per_mtok": 3.2,
             "max_output_tokens": 5000,
         },
+        # a cross-region inference profile (on-demand calls of many models need one)
+        "us.amazon.nova-lite-v1:0": {
+            "provider": "bedrock",
+            "input_per_mtok": 0.06,
+            "output_per_mtok": 0.24,
+            "max_output_tokens": 5000,
+        },
     },
 }
 
@@ -347,7 +354,9 @@ def test_context_price_table_reaches_the_functions_that_read_it_and_the_relays_g
         assert "STEWARD_PRICE_TABLE" not in env(resources, function)
     context = json.loads((ROOT / "cdk.json").read_text())["context"] | {"priceTable": OWN_PRICES}
     app = App(outdir=str(tmp_path_factory.mktemp("cdk.out-prices")), context=context)
-    priced = Template.from_stack(build(app, fake_layers)).to_json()["Resources"]
+    stack = build(app, fake_layers)
+    app.synth()  # cdk-nag's findings without an acknowledgment fail here
+    priced = Template.from_stack(stack).to_json()["Resources"]
     for function in ("relay", "runtime", "api"):
         assert json.loads(env(priced, function)["STEWARD_PRICE_TABLE"]) == OWN_PRICES, function
         # Lambda's whole environment of a function fits in 4 KiB.
@@ -359,6 +368,10 @@ def test_context_price_table_reaches_the_functions_that_read_it_and_the_relays_g
     )
     text = json.dumps(statements)
     assert "foundation-model/amazon.nova-pro-v1:0" in text  # a Bedrock model of one's own
+    # an inference profile: the profile in the stack's region and account, and its model in
+    # whichever region of its geography it routes the call to (cdk-nag acknowledges just that)
+    assert "inference-profile/us.amazon.nova-lite-v1:0" in text
+    assert ":bedrock:*::foundation-model/amazon.nova-lite-v1:0" in text
     assert "secretsmanager:GetSecretValue" in text
     assert "my-llm-key-*" in text
 
