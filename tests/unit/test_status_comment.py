@@ -128,6 +128,15 @@ def test_hostile_text_in_titles_reasons_and_checks_is_inert(hostile: str) -> Non
     assert text.count(marker(task.id)) == 1
 
 
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_text_in_the_models_summary_is_harmless_in_the_pull_requests_body(hostile: str) -> None:
+    body = pull_request_body(task_of(), hostile, CHECKS, Decimal(0))
+    summary = body.split("### What was asked", 1)[0]
+    assert "<" not in summary  # no HTML
+    assert not re.search(r"(?<!\\)!\[", summary)  # no image (an escaped `\![` is text)
+    assert not re.search(r"@[A-Za-z0-9]|#[0-9]", summary)  # no mention or reference that pings
+
+
 def test_the_model_summary_stays_readable_markdown_but_harmless() -> None:
     tamed = tame("Added `greet()`.\n\n- @octocat see #4\n- ![x](https://evil.test/x.png) <b>bold</b>")
     assert "- " in tamed
