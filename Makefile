@@ -156,22 +156,31 @@ layer: $(STAMP)
 layer-check: layer
 	@$(PY) tools/check_layers.py build/layers
 
+# Context values for synth and deploy (CONTEXT='-c defaultModel=... -c runnerNetwork=public')
+# and the stack's name (STACK=...: a second stack in one account and region).
+CONTEXT ?=
+STACK ?= Steward
+# Twice: environment-agnostic (no credentials), then as `cdk deploy` synthesizes it with an
+# account and a region (concrete ARNs, where a cdk-nag acknowledgment or a format_arn can
+# differ), into build/cdk.out.env.
+SYNTH_ENV = CDK_DEFAULT_ACCOUNT=123456789012 CDK_DEFAULT_REGION=us-east-1
 synth: layer-check $(NODE_STAMP)
-	@$(CDK_ENV) $(CDK) synth --quiet --no-notices --no-version-reporting
-	@$(VENV)/bin/cfn-lint $(CFN_LINT_ARGS) cdk.out/Steward.template.json && echo "cfn-lint: no errors, no warnings"
+	@$(CDK_ENV) $(CDK) synth --quiet --no-notices --no-version-reporting -c stackName=$(STACK) $(CONTEXT)
+	@$(CDK_ENV) $(SYNTH_ENV) $(CDK) synth --quiet --no-notices --no-version-reporting -o build/cdk.out.env -c stackName=$(STACK) $(CONTEXT)
+	@$(VENV)/bin/cfn-lint $(CFN_LINT_ARGS) cdk.out/$(STACK).template.json build/cdk.out.env/$(STACK).template.json \
+		&& echo "cfn-lint: no errors, no warnings (both templates)"
 
 # With the operator's AWS credentials (and Docker, for the runner's image): the app, layers
 # and CLI that `make synth` checks, and the operator's own home (credentials, SSO cache,
 # Docker's config). Context values: CONTEXT='-c defaultModel=... -c runnerNetwork=public'.
-CONTEXT ?=
 CDK_DEPLOY_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JSII_RUNTIME_PACKAGE_CACHE_ROOT="$(CURDIR)/build/jsii" \
 	CDK_DISABLE_VERSION_CHECK=1 CDK_DISABLE_CLI_TELEMETRY=true JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
 bootstrap: $(NODE_STAMP)
 	@$(CDK_DEPLOY_ENV) $(CDK) bootstrap --no-notices $(CONTEXT)
 deploy: layer-check $(NODE_STAMP)
-	@$(CDK_DEPLOY_ENV) $(CDK) deploy Steward --no-notices $(CONTEXT)
+	@$(CDK_DEPLOY_ENV) $(CDK) deploy $(STACK) --no-notices -c stackName=$(STACK) $(CONTEXT)
 destroy: $(NODE_STAMP)
-	@$(CDK_DEPLOY_ENV) $(CDK) destroy Steward --no-notices $(CONTEXT)
+	@$(CDK_DEPLOY_ENV) $(CDK) destroy $(STACK) --no-notices -c stackName=$(STACK) $(CONTEXT)
 
 clean:
 	rm -rf $(VENV) .steward .pytest_cache .mypy_cache .ruff_cache build cdk.out node_modules

@@ -11,7 +11,7 @@ from cdk_nag import AwsSolutionsChecks
 from infra.functions import ROOT
 from infra.stack import StewardStack
 
-STACK = "Steward"
+STACK = "Steward"  # the default; `-c stackName=...` deploys another stack beside it
 
 
 def build(app: App, layer_dir: Path | None = None) -> StewardStack:
@@ -20,7 +20,10 @@ def build(app: App, layer_dir: Path | None = None) -> StewardStack:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     account, region = os.environ.get("CDK_DEFAULT_ACCOUNT"), os.environ.get("CDK_DEFAULT_REGION")
     env = Environment(account=account, region=region) if account and region else None
-    return StewardStack(app, STACK, layer_dir=layer_dir or ROOT / "build" / "layers", env=env)
+    # The stack's name prefixes its tables, queue and dashboard (tablePrefix aside), so two
+    # stacks of different names share an account and region without a name clash.
+    name = str(app.node.try_get_context("stackName") or STACK)
+    return StewardStack(app, name, layer_dir=layer_dir or ROOT / "build" / "layers", env=env)
 
 
 def main() -> None:

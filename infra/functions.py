@@ -74,6 +74,7 @@ class StewardFunction(Construct):
         layers: LayerSet,
         environment: Mapping[str, str],
         log_retention: logs.RetentionDays,
+        timeout_seconds: int | None = None,
     ) -> None:
         super().__init__(scope, id)
         assert function in FUNCTIONS
@@ -101,7 +102,7 @@ class StewardFunction(Construct):
             code=lambda_.Code.from_asset(str(ROOT / "functions" / function), exclude=["**/__pycache__"]),
             layers=[layers.layers[name] for name in (*LAYERS[function], "steward")],
             environment=environment_for(function, environment),
-            timeout=Duration.seconds(TIMEOUTS[function]),
+            timeout=Duration.seconds(timeout_seconds or TIMEOUTS[function]),
             memory_size=MEMORY.get(function, 512),
             role=self.role,
             log_group=self.log_group,

@@ -3,7 +3,7 @@
 The integration timeout is raised above API Gateway's default 29 s for model calls: it
 needs the account's quota "Maximum integration timeout in milliseconds" (Service Quotas,
 API Gateway) raised to at least RELAY_TIMEOUT_SECONDS for REST APIs; without it deploy
-fails.
+fails, unless the context `relayTimeoutSeconds` keeps it at API Gateway's default 29 s.
 
 Binary media types are `*/*`: API Gateway returns a Lambda's base64 body as binary only when
 the request's first Accept header matches a binary media type, and boto3's `converse_stream`
@@ -23,11 +23,42 @@ from constructs import Construct
 from steward.domain.routes import RELAY_BINARY_MEDIA_TYPES
 
 RELAY_TIMEOUT_SECONDS = 300
+# API Gateway's default integration timeout: what an account has before the quota is raised.
+DEFAULT_QUOTA_SECONDS = 29
+
+
+def relay_timeout(value: object) -> int:
+    """The context `relayTimeoutSeconds` (default 300), checked at synth: 29 deploys before
+    the quota is raised, 300 after."""
+    if value is None or value == "":
+        return RELAY_TIMEOUT_SECONDS
+    try:
+        seconds = int(str(value))
+    except ValueError:
+        seconds = 0
+    if not DEFAULT_QUOTA_SECONDS <= seconds <= RELAY_TIMEOUT_SECONDS:
+        raise ValueError(
+            f"context relayTimeoutSeconds: {value!r} is not a whole number of seconds from "
+            f"{DEFAULT_QUOTA_SECONDS} to {RELAY_TIMEOUT_SECONDS}"
+        )
+    return seconds
+
+
+def bedrock_read_timeout(relay_seconds: int) -> int:
+    """Bedrock's read deadline under the relay's: four fifths of it, so the relay answers the
+    provider's error (and settles the call's reservation) before its function is killed."""
+    return relay_seconds * 4 // 5
 
 
 class Relay(Construct):
     def __init__(
-        self, scope: Construct, id: str, *, function: lambda_.IFunction, log_retention: logs.RetentionDays
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        function: lambda_.IFunction,
+        log_retention: logs.RetentionDays,
+        timeout_seconds: int = RELAY_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__(scope, id)
         self.access_logs = logs.LogGroup(
@@ -64,7 +95,7 @@ class Relay(Construct):
                 tracing_enabled=True,
             ),
             integration_options=apigateway.LambdaIntegrationOptions(
-                timeout=Duration.seconds(RELAY_TIMEOUT_SECONDS)
+                timeout=Duration.seconds(timeout_seconds)
             ),
         )
         self.url = self.api.url

@@ -21,7 +21,7 @@ from infra.functions import TIMEOUTS, StewardFunction, build_layers
 from infra.loop import TICK_SECONDS, HeartbeatQueue, Loop
 from infra.monitoring import Monitoring
 from infra.permissions import QUERY, TABLE_ACCESS
-from infra.relay import Relay
+from infra.relay import Relay, bedrock_read_timeout, relay_timeout
 from infra.runner import CONTAINER, Runner
 from infra.storage import Storage
 from infra.webhook import Webhook
@@ -110,6 +110,7 @@ class StewardStack(Stack):
             self, "Heartbeat", prefix=prefix, heartbeat_timeout=Duration.seconds(TIMEOUTS["heartbeat"])
         )
         layers = build_layers(self, layer_dir)
+        relay_seconds = relay_timeout(ctx("relayTimeoutSeconds"))
 
         env: dict[str, str] = {
             "STEWARD_TABLE_PREFIX": prefix,
@@ -127,25 +128,20 @@ class StewardStack(Stack):
             "STEWARD_TICK_SECONDS": str(TICK_SECONDS),
             "STEWARD_LAUNCHER": "fargate",
             "STEWARD_API_URL": api.url,
+            # The status comment on each pull request links the task's page in the console.
+            "STEWARD_CONSOLE_URL": api.console_url,
             **api.console_settings,
+            "STEWARD_BEDROCK_READ_TIMEOUT_SECONDS": str(bedrock_read_timeout(relay_seconds)),
         }
         prices = price_table_setting(ctx("priceTable"))
         if prices is not None:
             env["STEWARD_PRICE_TABLE"] = prices
         self.prices = load_price_table(prices)
-        for name, value in (
-            # No default model unless the deployment names one: a plan without `model:` is
-            # refused rather than run on the local stack's scripted model in AWS.
-            ("STEWARD_DEFAULT_MODEL", ctx("defaultModel") or "none"),
-            ("STEWARD_MAX_BUDGET_USD", ctx("maxBudgetUsd")),
-            ("STEWARD_SPEND_LIMIT_USD_PER_HOUR", ctx("spendLimitUsdPerHour")),
-        ):
-            if value:
-                env[name] = str(value)
+        env |= self._context_settings()
 
         self.functions: dict[Function, StewardFunction] = {}
 
-        def make(function: Function) -> StewardFunction:
+        def make(function: Function, timeout_seconds: int | None = None) -> StewardFunction:
             made = StewardFunction(
                 self,
                 f"{function.capitalize()}Function",
@@ -153,6 +149,7 @@ class StewardStack(Stack):
                 layers=layers,
                 environment=env,
                 log_retention=retention,
+                timeout_seconds=timeout_seconds,
             )
             for spec, actions in TABLE_ACCESS[function].items():
                 table = storage.tables[spec]
@@ -163,8 +160,10 @@ class StewardStack(Stack):
             self.functions[function] = made
             return made
 
-        relay_fn = make("relay")
-        relay = Relay(self, "Relay", function=relay_fn.function, log_retention=retention)
+        relay_fn = make("relay", relay_seconds)
+        relay = Relay(
+            self, "Relay", function=relay_fn.function, log_retention=retention, timeout_seconds=relay_seconds
+        )
         env["STEWARD_RELAY_URL"] = relay.url
         for function in ("api", "runtime", "webhook", "scheduler", "reaper", "heartbeat"):
             make(function)  # type: ignore[arg-type]
@@ -217,6 +216,20 @@ class StewardStack(Stack):
             CfnOutput(self, "UserPoolId", value=api.user_pool.user_pool_id)
             CfnOutput(self, "UserPoolClientId", value=api.client.user_pool_client_id)
         self.acknowledge()
+
+    def _context_settings(self) -> dict[str, str]:
+        """The settings the context gives (`make deploy CONTEXT=...`), where it gives them."""
+        ctx = self.node.try_get_context
+        given = {
+            # No default model unless the deployment names one: a plan without `model:` is
+            # refused rather than run on the local stack's scripted model in AWS.
+            "STEWARD_DEFAULT_MODEL": ctx("defaultModel") or "none",
+            "STEWARD_MAX_BUDGET_USD": ctx("maxBudgetUsd"),
+            "STEWARD_SPEND_LIMIT_USD_PER_HOUR": ctx("spendLimitUsdPerHour"),
+            # GitHub App names are unique on GitHub: a deployment's App is rarely `steward`.
+            "STEWARD_GITHUB_APP_SLUG": ctx("githubAppSlug"),
+        }
+        return {name: str(value) for name, value in given.items() if value}
 
     def _grant(self, storage: Storage, runner: Runner, queue: HeartbeatQueue) -> None:
         """Each role's statements beyond its tables: exactly what its code calls."""

@@ -13,7 +13,7 @@ from steward.tables import ALL_TABLES, TableSpec
 
 from infra.api import CLI_CALLBACK
 from infra.functions import TIMEOUTS
-from infra.relay import RELAY_TIMEOUT_SECONDS
+from infra.relay import DEFAULT_QUOTA_SECONDS, RELAY_TIMEOUT_SECONDS, bedrock_read_timeout, relay_timeout
 from infra.runner import CPU, EPHEMERAL_GIB, MEMORY_MIB
 from tests.infra.helpers import ROOT, function_id, of_type, render, statements_of_role
 
@@ -185,10 +185,11 @@ def test_cognito_has_a_hosted_ui_domain_and_a_console_client_for_code_and_pkce(
             "Fn::Join": ["", [*hosted_ui, *region, ".amazoncognito.com/oauth2/token"]]
         },
     }
-    # Only the API function serves the console.
+    # Only the API function serves the console; the heartbeat links to it (the status comment).
     for name in ("runtime", "relay", "webhook", "scheduler", "heartbeat", "reaper"):
         variables = resources[function_id(resources, name)]["Properties"]["Environment"]["Variables"]
-        assert not any(k.startswith("STEWARD_CONSOLE_") for k in variables), name
+        console = {k for k in variables if k.startswith("STEWARD_CONSOLE_")}
+        assert console == ({"STEWARD_CONSOLE_URL"} if name == "heartbeat" else set()), name
 
 
 def test_console_url_is_an_output(template: Any, resources: dict[str, Any]) -> None:
@@ -443,18 +444,42 @@ def test_the_stack_synthesizes_for_a_concrete_account_and_region(
         "eu-west-1b",
         "eu-west-1c",
     ]
-    # and with the runtimes in public subnets (no NAT gateway), the other network it offers
-    context["runnerNetwork"] = "public"
+    # and with the runtimes in public subnets (no NAT gateway), the other network it offers;
+    # as a second stack of its own name, for a GitHub App of its own name
+    # and before the relay's timeout quota is raised
+    context |= {
+        "runnerNetwork": "public",
+        "stackName": "StewardTwo",
+        "githubAppSlug": "acme-steward",
+        "relayTimeoutSeconds": "29",
+    }
     app = App(outdir=str(tmp_path_factory.mktemp("cdk.out.env")), context=context)
     stack = build(app, fake_layers)
     app.synth()  # cdk-nag's findings without an acknowledgment fail here
+    assert stack.stack_name == "StewardTwo"
     resources = dict(Template.from_stack(stack).to_json()["Resources"])
     assert len(of_type(resources, "AWS::Lambda::Function")) >= 7
     assert not of_type(resources, "AWS::EC2::NatGateway")
     assert not of_type(resources, "AWS::EC2::EIP")
+    tables = [r["Properties"]["TableName"] for r in of_type(resources, "AWS::DynamoDB::Table").values()]
+    assert tables
+    assert all(name.startswith("stewardtwo-") for name in tables), tables
     for function in ("heartbeat", "reaper"):
         variables = resources[function_id(resources, function)]["Properties"]["Environment"]["Variables"]
         assert variables["STEWARD_RUNNER_PUBLIC_IP"] == "true"
+    heartbeat = resources[function_id(resources, "heartbeat")]["Properties"]["Environment"]["Variables"]
+    assert heartbeat["STEWARD_GITHUB_APP_SLUG"] == "acme-steward"  # `@acme-steward` asks for a round
+    assert "/console/" in json.dumps(heartbeat["STEWARD_CONSOLE_URL"])  # the status comment's link
+    # The relay's deadlines under API Gateway's default 29 s, still ordered from the provider out.
+    relay = resources[function_id(resources, "relay")]["Properties"]
+    integrations = {
+        m["Properties"]["Integration"].get("TimeoutInMillis")
+        for m in of_type(resources, "AWS::ApiGateway::Method").values()
+        if m["Properties"].get("Integration", {}).get("Type") == "AWS_PROXY"
+    }
+    assert integrations == {29000}
+    assert relay["Timeout"] == 29
+    assert relay["Environment"]["Variables"]["STEWARD_BEDROCK_READ_TIMEOUT_SECONDS"] == "23"  # under 29
 
 
 def test_by_default_the_runtimes_run_in_private_subnets_behind_one_nat_gateway(
@@ -484,6 +509,12 @@ def test_the_deadlines_of_a_model_call_are_ordered_from_the_provider_out() -> No
     from steward.adapters.runtime_api import MODEL_TIMEOUT_SECONDS  # noqa: PLC0415
 
     assert bedrock.READ_TIMEOUT_SECONDS < TIMEOUTS["relay"] <= RELAY_TIMEOUT_SECONDS < MODEL_TIMEOUT_SECONDS
+    assert bedrock_read_timeout(RELAY_TIMEOUT_SECONDS) == bedrock.READ_TIMEOUT_SECONDS  # the default's
+    for seconds in range(DEFAULT_QUOTA_SECONDS, RELAY_TIMEOUT_SECONDS + 1):  # every context value
+        assert bedrock_read_timeout(relay_timeout(str(seconds))) < seconds < MODEL_TIMEOUT_SECONDS
+    for bad in ("28", "301", "ten", "29.5"):
+        with pytest.raises(ValueError, match="context relayTimeoutSeconds"):
+            relay_timeout(bad)
 
 
 def test_the_runner_images_build_context_is_what_its_dockerfile_copies(

@@ -56,7 +56,7 @@ def test_the_packaged_playbook_refuses_an_item_it_has_no_play_for_and_charges_no
             kit.call(task, first_call(title))
         assert refused.value.status == 422
         message = refused.value.message
-        assert "no play for this task in the packaged playbook (the demo's items only)" in message
+        assert "no play for this task in the packaged playbook (demo and smoke test)" in message
         assert "STEWARD_SCRIPTED_PLAYBOOK" in message
         assert "real one" in message
         assert len(message) <= 250  # whole in the task's reason (300 characters with its prefix)

@@ -25,6 +25,7 @@ import httpx
 import pytest
 from steward import wiring
 from steward.adapters.artifact_store import ARTIFACT_NAMES, SCREEN_NAME, ArtifactStore
+from steward.adapters.providers.playbook import Playbook
 from steward.domain.models import Task
 from steward.local.github_twin import admin
 from steward.local.launcher import LocalLauncher
@@ -161,8 +162,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer)
         "STEWARD_RUNNER_MAX_REPAIR_ROUNDS": "1",
         "STEWARD_RUNNER_MAX_INVALID_CALLS": "4",
     }
-    # The plays of the example of a plan of one's own too (its items match none of these).
+    # The plays of the example of a plan of one's own too (its items match none of these),
+    # and the packaged playbook's smoke test (examples/smoke-plan.md).
     example = json.loads((EXAMPLES / "own-playbook.json").read_text())["plays"]
+    packaged = Playbook.load({}).plays
+    example += [
+        p.model_dump(mode="json", exclude_none=True) for p in packaged if p.match == "Steward smoke test"
+    ]
     # A model of one's own: an OpenAI-compatible endpoint on loopback (as a local Ollama
     # would be), priced by a price table of one's own, as the README shows.
     prices = root / "my-prices.json"
@@ -691,10 +697,14 @@ def test_without_a_baseline_the_model_runs_and_a_check_failing_on_the_base_too_s
 def test_the_example_plan_of_ones_own_runs_to_pull_requests_on_its_playbook(
     stack: LocalStack, alice: Alice, artifacts: ArtifactStore
 ) -> None:
-    # examples/own-plan.md as a person publishes it, played by examples/own-playbook.json.
+    # examples/own-plan.md as a person publishes it, played by examples/own-playbook.json;
+    # and at the same time the deployment's smoke test, examples/smoke-plan.md, on its repo.
     markdown = (EXAMPLES / "own-plan.md").read_text()
     published = alice("PUT", "/v1/plans/own-plan", {"markdown": markdown})
     alice("POST", "/v1/plans/own-plan/confirm", {"content_hash": published["content_hash"]})
+    smoke = (EXAMPLES / "smoke-plan.md").read_text().replace("repo: OWNER/REPO", f"repo: {SAMPLE_REPO}")
+    published = alice("PUT", "/v1/plans/smoke", {"markdown": smoke})
+    alice("POST", "/v1/plans/smoke/confirm", {"content_hash": published["content_hash"]})
     eventually(lambda: all(i["task_id"] for i in alice("GET", "/v1/plans/own-plan")["items"]))
     items = alice("GET", "/v1/plans/own-plan")["items"]
     assert len(items) == 2
@@ -709,6 +719,10 @@ def test_the_example_plan_of_ones_own_runs_to_pull_requests_on_its_playbook(
     assert "test_multiply.py" in changed[1][1]
     assert "Adds `CONTRIBUTING.md`" in changed[2][0]
     assert "python -m pytest -q" in changed[2][1]
+    (item,) = alice("GET", "/v1/plans/smoke")["items"]
+    task = settled(alice, item["task_id"])
+    assert task["status"] == "review", task["reason"]
+    assert "+Written by Steward's smoke test" in (artifacts.read_text(item["task_id"], "diff.patch") or "")
 
 
 def test_a_model_of_ones_own_is_charged_at_the_price_table_of_ones_own(

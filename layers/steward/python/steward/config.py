@@ -236,6 +236,14 @@ SETTINGS: tuple[Setting, ...] = (
         doc="Bedrock Runtime endpoint (unset: the region's)",
     ),
     _setting(
+        "STEWARD_BEDROCK_READ_TIMEOUT_SECONDS",
+        "bedrock_read_timeout_seconds",
+        {"relay"},
+        parse=_positive_int,
+        doc="how long a Bedrock call may take to answer, under the relay's own timeout (the CDK "
+        "app sets four fifths of `relayTimeoutSeconds`; default 240)",
+    ),
+    _setting(
         "STEWARD_SCRIPTED_PLAYBOOK",
         "scripted_playbook",
         {"relay"},
@@ -437,6 +445,7 @@ _DEFAULTS: dict[str, str] = {
     "STEWARD_GITHUB_RESYNC_MAX_CALLS": "45",
     "STEWARD_GITHUB_APP_SLUG": "steward",
     "STEWARD_CONSOLE_SIGN_IN": "none",
+    "STEWARD_BEDROCK_READ_TIMEOUT_SECONDS": "240",
 }
 
 # What the local launcher hands its runtimes besides their own four variables, as a Fargate
@@ -468,6 +477,7 @@ class Settings:
     capability_lifetime: int = 3600
     price_table: str | None = None
     bedrock_endpoint_url: str | None = None
+    bedrock_read_timeout_seconds: int = 240
     scripted_playbook: str | None = None
     scripted_slow_seconds: float | None = None
     github_app_id: int | None = None

@@ -31,28 +31,30 @@ from steward.domain.converse import ConverseRequest, model_input, wire
 from steward.domain.errors import ProviderError, ProviderOutcomeUnknown
 
 ENDPOINT_ENV = "STEWARD_BEDROCK_ENDPOINT_URL"
+READ_TIMEOUT_ENV = "STEWARD_BEDROCK_READ_TIMEOUT_SECONDS"
 CONNECT_TIMEOUT_SECONDS = 5
-# Under the relay function's own timeout (`infra.layout.TIMEOUTS`, 300 s): a call that would
-# outlast it ends as the provider's error the relay answers and settles, not as a killed
-# Lambda whose reservation the reaper charges in full (`tests/infra`: the deadlines' order).
+# Under the relay function's own timeout (`infra.layout.TIMEOUTS`, 300 s; the CDK app's
+# `relayTimeoutSeconds` sets both): a call that would outlast it ends as the provider's error
+# the relay answers and settles, not as a killed Lambda whose reservation the reaper charges
+# in full (`tests/infra`: the deadlines' order).
 READ_TIMEOUT_SECONDS = 240
 MAX_ATTEMPTS = 3  # in total, the first attempt included
 
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9_.]{1,80}$")
-_CLIENTS: dict[tuple[str | None, str | None, int], Any] = {}
+_CLIENTS: dict[tuple[str | None, str | None, int, int], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _client(endpoint_url: str | None, region: str | None, max_attempts: int) -> Any:
-    """One shared client per endpoint, region and retry budget: clients are thread-safe and
-    costly to build, and the relay builds a provider per call."""
-    key = (endpoint_url, region, max_attempts)
+def _client(endpoint_url: str | None, region: str | None, max_attempts: int, read_timeout: int) -> Any:
+    """One shared client per endpoint, region, retry budget and deadline: clients are
+    thread-safe and costly to build, and the relay builds a provider per call."""
+    key = (endpoint_url, region, max_attempts, read_timeout)
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
             config = Config(
                 connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                read_timeout=READ_TIMEOUT_SECONDS,
+                read_timeout=read_timeout,
                 retries={"mode": "standard", "total_max_attempts": max_attempts},
             )
             client = aws.client(
@@ -71,7 +73,8 @@ class BedrockProvider:
         self.model_id = model_id
         endpoint_url = environ.get(ENDPOINT_ENV) or None
         region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
-        self._client = _client(endpoint_url, region, max_attempts)
+        read_timeout = int(environ.get(READ_TIMEOUT_ENV) or READ_TIMEOUT_SECONDS)
+        self._client = _client(endpoint_url, region, max_attempts, read_timeout)
 
     def converse(self, request: ConverseRequest, *, max_tokens: int) -> ProviderResult:
         check_max_tokens(max_tokens)

@@ -96,7 +96,7 @@ class Playbook(BaseModel):
 def no_play(source: str) -> str:
     """Why the scripted model cannot answer, and what to do: short enough to reach the
     task's reason whole (the runner keeps 300 characters)."""
-    which = f"the playbook {Path(source).name}" if source else "the packaged playbook (the demo's items only)"
+    which = f"the playbook {Path(source).name}" if source else "the packaged playbook (demo and smoke test)"
     return (
         f"the scripted model has no play for this task in {which}. Write a playbook whose "
         f"`match` is in the item's text and name it with {PLAYBOOK_ENV}, or set the plan's "
