@@ -196,6 +196,8 @@ def _ends_with(
 
 def test_every_runner_code_has_a_row_here_or_a_run_in_the_stack() -> None:
     in_the_stack = {F.CHECKS_NEVER_PASSED, F.MODEL_DID_NOT_FINISH, F.CONFLICT_UNRESOLVED, F.BRANCH_TAKEN_OVER}
+    # A run whose host cannot sandbox checks: test_sandbox_confined.py runs Run.execute with it.
+    in_the_stack |= {F.SANDBOX_TOO_WEAK}
     runner_codes = set(FailureCode) - {
         F.INSTALLATION_MISSING,  # the loop's, before a runtime starts
         F.DEADLINE,  # the reaper's

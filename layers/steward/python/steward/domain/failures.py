@@ -52,6 +52,7 @@ class FailureCode(StrEnum):
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     RELAY_REFUSED = "relay_refused"
     RUNNER_ERROR = "runner_error"
+    SANDBOX_TOO_WEAK = "sandbox_too_weak"
     DEADLINE = "deadline"
     SUPERSEDED = "superseded"
     CANCELLED = "cancelled"
@@ -148,6 +149,12 @@ TABLE: dict[FailureCode, Entry] = {
     ),
     _F.RUNNER_ERROR: Entry(
         "The runner failed unexpectedly (a Steward fault): tell the operator, then retry.", Who.OPERATOR
+    ),
+    _F.SANDBOX_TOO_WEAK: Entry(
+        "The runner's host cannot sandbox checks as strongly as Steward requires (bubblewrap, or "
+        "seccomp for the confined mode; the detail says what it found): run runners where one works, "
+        "or set STEWARD_RUNNER_ALLOW_WEAK_SANDBOX=1 to accept a weaker sandbox, then retry.",
+        Who.OPERATOR,
     ),
     _F.DEADLINE: Entry(
         "The run stopped reporting before its deadline: retry, and tell the operator if it repeats.",

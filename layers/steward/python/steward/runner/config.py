@@ -1,7 +1,11 @@
 """The runtime's settings, all from the environment: the four variables the launcher passes
 per task (README: "The runner") and the deployment's runner bounds (`STEWARD_RUNNER_*`,
 `STEWARD_CHECK_*`, `STEWARD_SANDBOX_UID`, `STEWARD_WORK_DIR`, `STEWARD_KEEP_WORK`, and
-locally `STEWARD_STREAM_URL`). Nothing here names a table, a bucket or an AWS endpoint: the
+locally `STEWARD_STREAM_URL`). The sandbox's two settings are `STEWARD_RUNNER_*` so that
+both launchers pass them as they pass every runner bound: `STEWARD_RUNNER_ALLOW_WEAK_SANDBOX=1`
+lets checks run in a mode weaker than `confined` (off by default: the runner refuses),
+and `STEWARD_RUNNER_SANDBOX_MODE` forces a mode (`bwrap`, `confined`, ...; `auto` or unset:
+probe). Nothing here names a table, a bucket or an AWS endpoint: the
 runtime reaches the control plane only at STEWARD_API_URL and STEWARD_RELAY_URL."""
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from steward.domain.phases import HarnessLimits
-from steward.runner.sandbox import SandboxLimits
+from steward.runner.sandbox import SandboxLimits, SandboxMode
 
 REQUIRED = ("STEWARD_TASK_ID", "STEWARD_TICKET", "STEWARD_API_URL", "STEWARD_RELAY_URL")
 # Verification runs as a uid of its own per task, so concurrent runs never share a
@@ -54,6 +58,8 @@ class RunnerConfig:
     stream_url: str | None = None  # the local stack's live view (POST /v1/runtime/stream)
     harness: HarnessLimits = field(default_factory=HarnessLimits)
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
+    sandbox_mode: SandboxMode | None = None  # None: probe (`steward.runner.sandbox.probe_mode`)
+    allow_weak_sandbox: bool = False  # run checks where only a mode weaker than CONFINED works
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> RunnerConfig:
@@ -76,6 +82,14 @@ class RunnerConfig:
         uid = env.get("STEWARD_SANDBOX_UID", "")
         if uid and not uid.isdigit():
             raise ConfigError("STEWARD_SANDBOX_UID must be a number")
+        forced = env.get("STEWARD_RUNNER_SANDBOX_MODE", "").strip().lower()
+        if forced not in ("", "auto", *SandboxMode):
+            raise ConfigError("STEWARD_RUNNER_SANDBOX_MODE must be auto or one of " + ", ".join(SandboxMode))
+        allow_weak = env.get("STEWARD_RUNNER_ALLOW_WEAK_SANDBOX", "").strip()
+        if allow_weak not in ("", "0", "1"):
+            raise ConfigError(
+                "STEWARD_RUNNER_ALLOW_WEAK_SANDBOX must be 1 (allow) or 0 (refuse, the default)"
+            )
         return cls(
             task_id=env["STEWARD_TASK_ID"],
             ticket=env["STEWARD_TICKET"],
@@ -88,6 +102,8 @@ class RunnerConfig:
             stream_url=env.get("STEWARD_STREAM_URL") or None,
             harness=harness,
             sandbox=sandbox,
+            sandbox_mode=SandboxMode(forced) if forced not in ("", "auto") else None,
+            allow_weak_sandbox=allow_weak == "1",
         )
 
     @property

@@ -48,7 +48,15 @@ from steward.domain.phases import EndReason
 from steward.domain.redaction import RedactionError, Redactor
 from steward.runner.config import RunnerConfig
 from steward.runner.harness import Cancelled, Harness, Outcome, RelayRefused
-from steward.runner.sandbox import CommandRefused, CommandResult, Sandbox, SandboxMode, probe_mode
+from steward.runner.sandbox import (
+    WEAK_MODES,
+    CommandRefused,
+    CommandResult,
+    Sandbox,
+    SandboxMode,
+    kernel_confinement,
+    probe_mode,
+)
 from steward.runner.screen import LiveSink, Screen
 from steward.runner.workspace import Workspace
 from steward.services.publication import ArtifactSink, Publisher, PublishError
@@ -269,16 +277,50 @@ class Run:
             self._stage(
                 "merge_base", lambda: self._merge_base(clone), retryable=True, code=FailureCode.CLONE_FAILED
             )
-        mode, why = self._stage(
-            "sandbox", lambda: probe_mode(uid=self.config.uid), retryable=True, code=FailureCode.RUNNER_ERROR
+        # Outside bwrap the uid reaches the clone through the host's directories, and mkdtemp made
+        # the run's own 0700: searchable (not listable) by others, or no check (nor the probe) could start.
+        clone.parent.chmod(0o711)
+        mode, _ = self._stage(
+            "sandbox",
+            lambda: self._probe_sandbox(clone.parent),
+            retryable=True,
+            code=FailureCode.RUNNER_ERROR,
         )
-        self.records.bootstrap["sandbox"] = {"mode": mode.value, "reason": why, "uid": self.config.uid}
         self.sandbox = Sandbox(
             clone, self.task.checks, mode=mode, uid=self.config.uid, limits=self.config.sandbox
         )
         self._setup(clone, mode)
         if self.task.baseline:
             self._baseline(clone)
+
+    def _probe_sandbox(self, within: Path) -> tuple[SandboxMode, str]:
+        """The mode checks run in (README: "The runner"), recorded in bootstrap.json's `sandbox`
+        with what the kernel offers; a mode weaker than CONFINED, where a check could reach the
+        network, ends the run `sandbox_too_weak` unless the deployment allows it. A forced mode
+        (`STEWARD_RUNNER_SANDBOX_MODE`) that does not work here ends it the same way. `within`: the
+        run's directory, where the probe makes its own clone."""
+        forced = self.config.sandbox_mode
+        record: dict[str, Any] = {
+            "uid": self.config.uid,
+            "forced": forced.value if forced is not None else None,
+            "weak_allowed": self.config.allow_weak_sandbox,
+            **kernel_confinement(),
+        }
+        self.records.bootstrap["sandbox"] = record
+        try:
+            mode, why = probe_mode(uid=self.config.uid, forced=forced, within=within)
+        except ValueError as exc:
+            record["reason"] = str(exc)
+            raise StageFailed(str(exc), FINAL, FailureCode.SANDBOX_TOO_WEAK) from None
+        record.update({"mode": mode.value, "reason": why})
+        if mode in WEAK_MODES and not self.config.allow_weak_sandbox:
+            raise StageFailed(
+                f"checks would run in the weak sandbox mode {mode.value} ({why}); the runner refuses it "
+                "unless STEWARD_RUNNER_ALLOW_WEAK_SANDBOX=1",
+                FINAL,
+                FailureCode.SANDBOX_TOO_WEAK,
+            )
+        return mode, why
 
     def _setup(self, clone: Path, mode: SandboxMode, *, label: str = "setup") -> None:
         """The plan's setup commands in `clone` (with the network, under their own timeout);

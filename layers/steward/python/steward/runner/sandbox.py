@@ -15,10 +15,23 @@ Modes, strongest first (`probe_mode` picks one; its reason is recorded in bootst
   a user namespace so that it can bind paths under /root (0700, where the interpreter lives)
   and so that the command's uid is a real one on the host: RLIMIT_NPROC counts processes per
   real uid, and root ignores it.
-* `UNPRIVILEGED_USER`: where bwrap cannot run (AWS Fargate has no user namespaces), the
-  command runs as the unprivileged uid with rlimits and a scrubbed environment, in the clone.
-  It gets no network, mount or pid isolation: the task itself (its security group and role)
-  is the boundary. The clone's ancestors must be searchable by the uid.
+* `CONFINED`: where bwrap cannot run (AWS Fargate has no user namespaces; a runner that is
+  not root) but seccomp can: the command runs as the unprivileged uid (not root: as the
+  runner's own user, confined the same) with rlimits and a scrubbed environment, in the
+  clone, with HOME and TMPDIR a private directory of its own, and before exec its child sets
+  no_new_privs and installs (`steward.runner.confine`) a seccomp filter that refuses every
+  socket family but AF_UNIX (no TCP or UDP, to loopback or anywhere; no raw, packet or netlink
+  socket), io_uring, ptrace and the other process-, mount- and namespace-changing calls, and,
+  where the kernel has Landlock, a ruleset that allows writing only beneath the clone and that
+  private directory (and, from Landlock ABI 4, no TCP bind or connect either). It sees the
+  host's file system read-only (DAC still applies) and shares its pid namespace: no mount or
+  pid isolation, and writes are bounded per file only. The clone's ancestors must be
+  searchable by the uid. `probe_mode` records the Landlock ABI it found (0: none).
+* `UNPRIVILEGED_USER`: where neither bwrap nor seccomp works, the command runs as the
+  unprivileged uid with rlimits and a scrubbed environment, in the clone. It gets no network,
+  mount or pid isolation: the task itself (its security group and role) is the boundary. The
+  runner refuses this mode, and SAME_USER, unless the deployment allows a weak sandbox
+  (`STEWARD_RUNNER_ALLOW_WEAK_SANDBOX=1`).
 * `SAME_USER`: not root, so there is no other uid to become: rlimits and a scrubbed
   environment only. The weakest mode.
 
@@ -41,6 +54,10 @@ symbolic links, deletions), so a check's writes persist as if made in place. The
 in memory (tmpfs) while the command runs. The sandbox's own /tmp is a tmpfs of the same
 size. In the weaker modes there is no mount to bound with: only RLIMIT_FSIZE holds, and the
 task's own storage is the boundary.
+
+`STEWARD_RUNNER_SANDBOX_MODE` (`steward.runner.config`) forces one mode instead of probing
+(tests run the hostile checks in CONFINED mode on a machine where bwrap works); the forced mode
+must still work here, or the probe fails.
 """
 
 from __future__ import annotations
@@ -72,13 +89,17 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from steward.runner.confine import Confinement, Landlock, landlock_abi, seccomp_available, seccomp_program
+
 __all__ = [
+    "WEAK_MODES",
     "CommandRefused",
     "CommandResult",
     "Sandbox",
     "SandboxLimits",
     "SandboxMode",
     "VerifyArgs",
+    "kernel_confinement",
     "parse_allowlist",
     "probe_mode",
 ]
@@ -125,9 +146,17 @@ class SandboxLimits(BaseModel):
 
 
 class SandboxMode(StrEnum):
+    """Strongest first (the module docstring)."""
+
     BWRAP = "bwrap"
+    CONFINED = "confined"
     UNPRIVILEGED_USER = "unprivileged-user"
     SAME_USER = "same-user"
+
+
+# Weaker than CONFINED: a check there may reach the network. The runner refuses them unless the
+# deployment allows a weak sandbox (`RunnerConfig.allow_weak_sandbox`).
+WEAK_MODES = frozenset({SandboxMode.UNPRIVILEGED_USER, SandboxMode.SAME_USER})
 
 
 class CommandRefused(Exception):
@@ -173,26 +202,111 @@ def parse_allowlist(checks: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return allowed
 
 
-def probe_mode(*, uid: int) -> tuple[SandboxMode, str]:
+def probe_mode(
+    *, uid: int, forced: SandboxMode | None = None, within: Path | None = None
+) -> tuple[SandboxMode, str]:
     """Which mode works here, and a one-line reason (recorded in bootstrap.json): run a trivial command
-    under bwrap with the real flags; if that fails and we are root, UNPRIVILEGED_USER; otherwise SAME_USER
-    (weakest: say so)."""
+    under bwrap with the real flags; if that fails and we are root, CONFINED when a command confines
+    itself (seccomp, and Landlock where the kernel has it); then UNPRIVILEGED_USER; otherwise SAME_USER
+    (weakest: say so). With `forced`, only that mode is tried, and ValueError says why it does not work.
+    `within`: where the CONFINED probe makes its clone, a directory the uid can traverse to (the run's
+    own; default TMPDIR)."""
+    if forced is not None:
+        return forced, _probe_forced(uid, forced, within)
     why = _probe_bwrap(uid)
     if why is None:
-        return SandboxMode.BWRAP, (
-            f"bubblewrap works: commands run as uid {uid} with no network, a read-only system, "
-            "a private /tmp, their own pid namespace and a bound on what they write into the clone"
-        )
+        return SandboxMode.BWRAP, _BWRAP_WORKS.format(uid=uid)
+    unconfined = _probe_confined(uid, within)
+    if unconfined is None:
+        return SandboxMode.CONFINED, f"bubblewrap unusable ({why}): " + _confined_works(uid)
     if os.geteuid() == 0:
         return SandboxMode.UNPRIVILEGED_USER, (
-            f"bubblewrap unusable ({why}): commands run as uid {uid} with rlimits and a scrubbed "
-            "environment, but with no network, filesystem or pid isolation and writes bounded per "
-            "file only; the task is the boundary"
+            f"bubblewrap unusable ({why}) and no confinement ({unconfined}): commands run as uid {uid} "
+            "with rlimits and a scrubbed environment, but with no network, filesystem or pid isolation "
+            "and writes bounded per file only; the task is the boundary"
         )
     return SandboxMode.SAME_USER, (
-        f"bubblewrap unusable ({why}) and not root: commands run as this user with rlimits and a "
+        f"bubblewrap unusable ({why}), no confinement ({unconfined}) and not root: commands run as this user with rlimits and a "
         "scrubbed environment only; the weakest mode, with no isolation at all"
     )
+
+
+_BWRAP_WORKS = (
+    "bubblewrap works: commands run as uid {uid} with no network, a read-only system, "
+    "a private /tmp, their own pid namespace and a bound on what they write into the clone"
+)
+
+
+def _confined_works(uid: int) -> str:
+    abi = landlock_abi()
+    writes = (
+        f"Landlock ABI {abi} lets them write only in the clone and a private temporary directory"
+        + (" and refuses every TCP bind and connect" if abi >= 4 else "")
+        if abi
+        else "no Landlock here, so they may write wherever uid {uid} may"
+    )
+    who = f"uid {uid}" if os.geteuid() == 0 else "this user (not root: no other uid to become)"
+    return (
+        f"commands run as {who} under a seccomp filter that refuses every socket family but AF_UNIX; "
+        f"{writes.format(uid=uid)}; no mount or pid isolation, and writes bounded per file only"
+    )
+
+
+def _probe_forced(uid: int, mode: SandboxMode, within: Path | None) -> str:
+    """The reason for a forced mode that works; ValueError with why when it does not."""
+    if mode is SandboxMode.BWRAP:
+        why = _probe_bwrap(uid)
+        reason = _BWRAP_WORKS.format(uid=uid)
+    elif mode is SandboxMode.CONFINED:
+        why = _probe_confined(uid, within)
+        reason = _confined_works(uid)
+    else:
+        as_root = os.geteuid() == 0
+        why = None
+        if mode is SandboxMode.UNPRIVILEGED_USER and not as_root:
+            why = "not root, so there is no other uid to become"
+        elif mode is SandboxMode.SAME_USER and as_root:
+            why = "root never runs a check as itself"
+        who = f"uid {uid}" if as_root else "this user"
+        reason = f"commands run as {who} with rlimits and a scrubbed environment only"
+    if why is not None:
+        raise ValueError(f"the forced sandbox mode {mode.value} does not work here: {why}")
+    return f"forced to {mode.value}: {reason}"
+
+
+def kernel_confinement() -> dict[str, Any]:
+    """What the kernel offers the CONFINED mode, for bootstrap.json."""
+    abi = landlock_abi()
+    return {"seccomp": seccomp_available(), "landlock": "present" if abi else "absent", "landlock_abi": abi}
+
+
+def _probe_confined(uid: int, within: Path | None) -> str | None:
+    """None when a command confines itself as `uid` (the kernel shows it filtered, with no_new_privs);
+    otherwise why not, on one line."""
+    # Not root: the command stays this user, confined all the same (seccomp and Landlock need
+    # no privilege, only no_new_privs), which a developer's machine without root gets.
+    if os.geteuid() != 0:
+        uid = os.getuid()
+    if not seccomp_available():
+        return "the kernel has no seccomp filters (or the platform is unknown)"
+    with tempfile.TemporaryDirectory(prefix="steward-probe-", dir=within) as scratch:
+        os.chmod(scratch, 0o711)  # noqa: S103 - search only: the uid must reach the clone beneath it
+        clone = Path(scratch) / "clone"
+        clone.mkdir()
+        limits = SandboxLimits(wall_seconds=30.0, kill_grace_seconds=0.5, max_output_bytes=16384)
+        try:
+            box = Sandbox(clone, ["cat /proc/self/status"], mode=SandboxMode.CONFINED, uid=uid, limits=limits)
+            result = box.run("cat /proc/self/status")
+        except (OSError, ValueError) as exc:
+            return _one_line(str(exc))
+    fields = {
+        key: value.split() for key, _, value in (line.partition(":") for line in result.output.splitlines())
+    }
+    confined = fields.get("Seccomp") == ["2"] and fields.get("NoNewPrivs") == ["1"]
+    if result.passed and confined and fields.get("Uid", [""])[:2] == [str(uid)] * 2:
+        return None
+    detail = _one_line(result.output) or "no output"
+    return f"exit {result.exit_code}, signal {result.signal}: {detail}"
 
 
 def _probe_bwrap(uid: int) -> str | None:
@@ -260,6 +374,14 @@ class Sandbox:
             self._setpriv = shutil.which("setpriv", path=_SYSTEM_PATH) or ""
             if not self._bwrap or not self._setpriv:
                 raise ValueError("bwrap mode needs bwrap and setpriv (util-linux) installed")
+        self._seccomp = b""
+        self._landlock = Landlock(0)
+        if mode is SandboxMode.CONFINED:
+            if not seccomp_available():
+                raise ValueError("confined mode needs seccomp filters, which this kernel or platform lacks")
+            # Built once: the child only hands them to the kernel (steward.runner.confine).
+            self._seccomp = seccomp_program(network=network)
+            self._landlock = Landlock(landlock_abi())
         self._busy = threading.Lock()
         self._lock = threading.Lock()  # guards the fields below against kill() from another thread
         self._proc: subprocess.Popen[bytes] | None = None
@@ -363,19 +485,39 @@ class Sandbox:
         if privileged and self.mode is SandboxMode.BWRAP:
             return self._run_bounded(command, argv, on_output, cancel)
         scratch: str | None = None
+        ruleset: int | None = None
         try:
+            confinement: Confinement | None = None
             if self.mode is SandboxMode.BWRAP:
                 home = _SANDBOX_TMP
                 full = self.bwrap_argv(argv)
             else:
-                # Nothing of the host's HOME or TMPDIR: a fresh directory the command owns, removed after.
-                scratch = tempfile.mkdtemp(prefix="steward-verify-")
+                # Nothing of the host's HOME or TMPDIR: a fresh directory the command owns, removed after;
+                # as root, beside the clone, whose ancestors the uid can traverse (TMPDIR's may not be).
+                scratch = tempfile.mkdtemp(
+                    prefix="steward-verify-", dir=self.clone.parent if privileged else None
+                )
                 if privileged:
                     os.chown(scratch, self.uid, self.gid)
                 home = scratch
                 full = list(argv)
-            return self._spawn_and_supervise(command, argv, full, home, on_output=on_output, cancel=cancel)
+            if self.mode is SandboxMode.CONFINED:
+                assert scratch is not None
+                if self._landlock.abi:
+                    try:
+                        ruleset = self._landlock.ruleset([str(self.clone), scratch], network=self.network)
+                    except OSError as exc:
+                        # Recorded as present at the probe: a command is not run less confined than that.
+                        return _not_started(
+                            command, argv, 126, f"steward: cannot confine the command: {exc}\n"
+                        )
+                confinement = Confinement(self._seccomp, ruleset)
+            return self._spawn_and_supervise(
+                command, argv, full, home, on_output=on_output, cancel=cancel, confinement=confinement
+            )
         finally:
+            if ruleset is not None:
+                os.close(ruleset)
             if privileged:
                 _sweep_uid(self.uid)
             if scratch is not None:
@@ -514,9 +656,10 @@ class Sandbox:
         on_output: Callable[[bytes], None] | None,
         cancel: threading.Event | None,
         writes: _WriteBound | None = None,
+        confinement: Confinement | None = None,
     ) -> CommandResult:
         extra: dict[str, Any] = {}
-        if self.mode is SandboxMode.UNPRIVILEGED_USER and self._as_root:
+        if self.mode in (SandboxMode.CONFINED, SandboxMode.UNPRIVILEGED_USER) and self._as_root:
             extra = {"user": self.uid, "group": self.gid, "extra_groups": []}
         started = time.monotonic()
         try:
@@ -528,7 +671,7 @@ class Sandbox:
                 env=self.environment(home),
                 cwd=self.clone,
                 start_new_session=True,  # its own process group, so the whole group can be killed
-                preexec_fn=_child_setup(self.limits, os.getpid()),  # noqa: PLW1509 - system calls only
+                preexec_fn=_child_setup(self.limits, os.getpid(), confinement),  # noqa: PLW1509 - system calls only
                 **extra,
             )
         except OSError as exc:
@@ -676,9 +819,13 @@ def _not_started(
     )
 
 
-def _child_setup(limits: SandboxLimits, parent: int) -> Callable[[], None]:
-    """The preexec function: rlimits (inherited through bwrap and setpriv), and death with the runner.
-    Values are computed here, before the fork, so the child only makes system calls."""
+def _child_setup(
+    limits: SandboxLimits, parent: int, confinement: Confinement | None = None
+) -> Callable[[], None]:
+    """The preexec function: rlimits (inherited through bwrap and setpriv), death with the runner and,
+    in CONFINED mode, the seccomp filter and Landlock ruleset (subprocess has already dropped to the
+    uid; no_new_privs is what lets an unprivileged process install them). Values are computed here,
+    before the fork, so the child only makes system calls."""
     wanted = (
         (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),  # SIGXCPU first, then SIGKILL
         (resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
@@ -702,6 +849,13 @@ def _child_setup(limits: SandboxLimits, parent: int) -> Callable[[], None]:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:
                 os._exit(125)
+        if confinement is not None:
+            failed = confinement.install()
+            if failed is not None:
+                # Never exec unconfined. stdout is already the output pipe: the reason reaches the result.
+                with contextlib.suppress(OSError):
+                    os.write(1, f"steward: cannot confine the command: {failed}\n".encode())
+                os._exit(126)
 
     return setup
 
