@@ -794,3 +794,24 @@ def test_a_diff_whose_approved_content_is_not_kept_says_so(alice: Api, stack: Lo
     current = alice("GET", "/v1/plans/review-lost").json()["content_hash"]
     assert alice("POST", "/v1/plans/review-lost/confirm", {"content_hash": current}).status_code == 200
     s3.head_object(Bucket=Settings().artifacts_bucket, Key=f"plans/{first['id']}/{current}.md")
+
+
+def test_the_openapi_document_is_served_and_is_the_committed_one(alice: Api) -> None:
+    response = alice("GET", "/v1/openapi.json")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    committed = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
+    assert response.json() == json.loads(committed.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [({"limit": "abc"}, "limit"), ({"limit": "101"}, "limit"), ({"cursor": "x" * 2049}, "cursor")],
+)
+def test_a_bad_query_parameter_is_400_naming_it(alice: Api, query: dict[str, str], field: str) -> None:
+    # Query strings are typed route parameters that Powertools validates: its refusal is
+    # answered as the documented error, not Powertools' own 422.
+    for path in ("/v1/plans", "/v1/tasks"):
+        response = alice("GET", path, params=query)
+        assert response.status_code == 400, response.text
+        assert error_of(response)["field"] == field

@@ -88,15 +88,16 @@ def _headers(settings: Settings) -> dict[str, str]:
 def register(app: APIGatewayHttpResolver, settings: Callable[[], Settings]) -> None:
     """The console's routes on the API's resolver."""
 
-    @app.get(PREFIX)
+    # The console's files are no part of the client API: left out of its OpenAPI document.
+    @app.get(PREFIX, include_in_schema=False)
     def console_root() -> Response[str]:
         return Response(status_code=302, headers={"Location": f"{PREFIX}/", **_headers(settings())}, body="")
 
-    @app.get(f"{PREFIX}/")
+    @app.get(f"{PREFIX}/", include_in_schema=False)
     def console_index() -> Response[str]:
         return _static("index.html")
 
-    @app.get(f"{PREFIX}/config.json")
+    @app.get(f"{PREFIX}/config.json", include_in_schema=False)
     def console_config() -> Response[str]:
         return Response(
             status_code=200,
@@ -105,7 +106,7 @@ def register(app: APIGatewayHttpResolver, settings: Callable[[], Settings]) -> N
             headers=_headers(settings()),
         )
 
-    @app.get(f"{PREFIX}/<name>")
+    @app.get(f"{PREFIX}/<name>", include_in_schema=False)
     def console_file(name: str) -> Response[str]:
         return _static(name)
 

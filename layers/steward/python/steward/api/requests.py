@@ -1,4 +1,8 @@
-"""Request bodies and query strings, validated by pydantic at the boundary."""
+"""Request bodies, validated by pydantic at the boundary. The routes parse them here rather
+than through Powertools' validation: the size check (413) comes before any parsing, and JSON
+that Python cannot parse (nested too deeply, an integer too long) is a 400 naming `body`, not
+a 500. Query strings are typed route parameters that Powertools validates (`steward.api.app`);
+`steward.api.openapi` declares these bodies in the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -31,28 +35,6 @@ class ConfirmBody(BaseModel):
     content_hash: str | None = Field(default=None, max_length=64)
 
 
-class ListQuery(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    limit: int = Field(default=50, ge=1, le=100)
-    cursor: str | None = Field(default=None, max_length=2048)
-
-
-class TaskListQuery(ListQuery):
-    plan: str | None = None
-
-
-class EventsQuery(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    after: int = Field(default=0, ge=0)
-    limit: int = Field(default=100, ge=1, le=1000)
-
-
-class ArtifactQuery(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    # `false`: the presigned URL in a 200 body instead of a redirect (for a browser page)
-    redirect: bool = True
-
-
 def parse_body(raw: str | None, model: type[M], *, optional: bool = False) -> M:
     if raw is None or raw.strip() == "":
         if optional:
@@ -71,12 +53,5 @@ def parse_body(raw: str | None, model: type[M], *, optional: bool = False) -> M:
         raise BadRequest("request body must be a JSON object", field="body")
     try:
         return model.model_validate(data)
-    except ValidationError as exc:
-        raise BadRequest.from_validation(exc) from exc
-
-
-def parse_query(params: dict[str, str] | None, model: type[M]) -> M:
-    try:
-        return model.model_validate(params or {})
     except ValidationError as exc:
         raise BadRequest.from_validation(exc) from exc
