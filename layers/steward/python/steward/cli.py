@@ -726,6 +726,39 @@ def cmd_admin_brake(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """What is wrong with a deployment (`--stack NAME [--region R]`, the operator's AWS
+    credentials) or the running local stack (`--local`, the default): one line per check as
+    it completes (`--json`: the list at the end); exit 1 when any check failed."""
+    from steward.adapters.deployment import aws_deployment, local_deployment  # noqa: PLC0415
+    from steward.cli_render import render_doctor_result  # noqa: PLC0415
+    from steward.domain.doctor import exit_code, run_checks  # noqa: PLC0415
+
+    if args.stack and args.local:
+        raise CliError("usage", "--stack checks a deployment, --local the local stack: give one", exit_code=2)
+    if args.region and not args.stack:
+        raise CliError("usage", "--region goes with --stack NAME", exit_code=2)
+    if args.stack:
+        probe = aws_deployment(args.stack, args.region)
+    else:
+        state_file = _running_stack(args)
+        try:
+            probe = local_deployment(state_file, os.environ)
+        except (OSError, ValueError) as exc:
+            raise CliError("no_stack", f"{state_file} is not a local stack's state file ({exc})") from None
+
+    def stream(result: Any) -> None:
+        print(render_doctor_result(result), flush=True)
+
+    try:
+        results = run_checks(probe, None if args.json else stream)
+    finally:
+        probe.close()
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=2, ensure_ascii=False))
+    return exit_code(results)
+
+
 def cmd_login(args: argparse.Namespace) -> int:
     settings = login.LoginSettings.merge(
         {
@@ -1023,6 +1056,13 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     )
     p.set_defaults(func=cmd_admin_brake)
     sub.add_parser("demo", help="run the demo on the local stack").set_defaults(func=cmd_demo)
+    p = sub.add_parser(
+        "doctor", help="check a deployment (--stack) or the local stack (--local, the default)"
+    )
+    p.add_argument("--stack", help="the CloudFormation stack's name (AWS credentials as boto3 finds them)")
+    p.add_argument("--region", help="the stack's region (default: the configured region)")
+    p.add_argument("--local", action="store_true", help="check the running local stack (its state file)")
+    p.set_defaults(func=cmd_doctor)
 
 
 def _version() -> str:

@@ -284,3 +284,10 @@ def render_loop(settings: dict[str, Any]) -> str:
     quiet = settings.get("quiet_hours")
     shown = dict(settings, quiet_hours=f"{quiet['start']}-{quiet['end']}" if quiet else "none")
     return "\n".join(f"{k + ':':18}{v}" for k, v in shown.items())
+
+
+def render_doctor_result(result: Any) -> str:
+    """One check of `steward doctor`: `ok` and what was found, or `FAIL`, what was found and
+    the remedy (a `steward.domain.doctor.Result`)."""
+    line = f"{'ok' if result.ok else 'FAIL':<4}  {result.check:<18}  {visible(result.detail)}"
+    return line if result.ok else f"{line}. Fix: {visible(result.remedy)}"

@@ -730,6 +730,17 @@ class GitHubApp(RepositoryClient):
     def _fresh_token(self, installation_id: int, repo: str) -> InstallationToken:
         return self.installation_token(installation_id, repo, permissions=APP_TOKEN_PERMISSIONS)
 
+    def app_get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
+        """The JSON of an App route read with the App JWT (`/app`, `/app/hook/config`,
+        `/app/hook/deliveries`: `steward doctor` checks the App's settings with them)."""
+        if not path.startswith("/app"):
+            raise ValueError("app_get reads App routes only")
+
+        def call() -> Any:
+            return self._gh.request("GET", path, params=dict(params or {})).json()
+
+        return self._call(f"read {path}", call)
+
     def read_installation(self, installation_id: int) -> InstallationRead:
         """The installation's account, suspension and repositories as GitHub has them now
         (to settle deliveries that disagree; the listing uses a token that can only read

@@ -285,7 +285,12 @@ class LocalStack:
                 "STEWARD_GITHUB_API_URL": self._twin.url,
             }
         )
+        # The App key also lives where a deployment keeps it (the GitHubPrivateKeySecret
+        # output's secret), so `steward doctor --local` reads it as it does in AWS.
+        key_secret = _put_secret("steward/github-app-private-key", self._twin.app_private_key_pem.decode())
         return {
+            "github_app_id": self._twin.app_id,
+            "github_private_key_secret": key_secret,
             "github_url": self._twin.url,
             "webhook_url": self._webhook.url,
             "webhook_secret": secret,
@@ -385,16 +390,16 @@ class LocalStack:
         wiring.api_services()
 
         lock = self._invocations
+
+        def scheduled(name: str, handler: Any, seconds: float) -> Schedule:
+            return Schedule(name, _while_enabled(name, handler, seconds), seconds, invocation_lock=lock)
+
         self._sources = [
-            Schedule(
-                "steward-scheduler", scheduler_handler.lambda_handler, self.tick_seconds, invocation_lock=lock
-            ),
+            scheduled("steward-scheduler", scheduler_handler.lambda_handler, self.tick_seconds),
             SqsSource(
                 "steward-heartbeat", heartbeat_handler.lambda_handler, sqs, url, arn, invocation_lock=lock
             ),
-            Schedule(
-                "steward-reaper", reaper_handler.lambda_handler, self.reaper_seconds, invocation_lock=lock
-            ),
+            scheduled("steward-reaper", reaper_handler.lambda_handler, self.reaper_seconds),
         ]
         for source in self._sources:
             source.start()
@@ -457,6 +462,55 @@ class LocalStack:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def _put_secret(name: str, value: str) -> str:
+    """The ARN of secret `name` holding `value` (moto servers of one process share their
+    state, so an earlier stack's secret of that name is given the new value)."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415 - with the first client
+
+    secrets_manager = aws.client("secretsmanager", region_name=LOCAL_REGION)
+    try:
+        return str(secrets_manager.create_secret(Name=name, SecretString=value)["ARN"])
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceExistsException":
+            raise
+        return str(secrets_manager.put_secret_value(SecretId=name, SecretString=value)["ARN"])
+
+
+def _while_enabled(name: str, handler: Any, seconds: float) -> Any:
+    """`handler`, invoked only while its EventBridge Scheduler schedule (created here on the
+    moto server, as the CDK app creates `Loop`'s) is ENABLED: disabling it stops the local
+    tick as it stops AWS's, and `steward doctor` reads its state as it does in AWS."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415 - with the first client
+
+    scheduler = aws.client("scheduler", region_name=LOCAL_REGION)
+    schedule: dict[str, Any] = {
+        "Name": name,
+        "ScheduleExpression": f"rate({max(1, round(seconds / 60))} minute)",
+        "FlexibleTimeWindow": {"Mode": "OFF"},
+        "Target": {
+            "Arn": f"arn:aws:lambda:{LOCAL_REGION}:123456789012:function:{name}",
+            "RoleArn": "arn:aws:iam::123456789012:role/steward-local-scheduler",
+        },
+        "Description": f"local: every {seconds:g} s",
+        "State": "ENABLED",
+    }
+    try:
+        scheduler.create_schedule(**schedule)
+    except ClientError as exc:
+        # moto servers of one process share their state: an earlier stack's schedule is
+        # this one's, enabled afresh.
+        if exc.response.get("Error", {}).get("Code") != "ConflictException":
+            raise
+        scheduler.update_schedule(**schedule)
+
+    def run(event: dict[str, Any], context: Any) -> Any:
+        if scheduler.get_schedule(Name=name).get("State") != "ENABLED":
+            return None
+        return handler(event, context)
+
+    return run
 
 
 def _forget_clients() -> None:

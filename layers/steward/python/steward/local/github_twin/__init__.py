@@ -9,7 +9,11 @@ App id, `exp` at most 10 minutes ahead), and delivers signed webhooks with fault
 REST (root of `twin.url`, as `api.github.com`):
 
 * `POST /app/installations/{id}/access_tokens`, `GET /app/installations[/{id}]`,
-  `GET /repos/{o}/{r}/installation` (App JWT)
+  `GET /repos/{o}/{r}/installation`, `GET /app` (its `events` are `twin.app_events`, and only
+  those repository events are delivered), `GET /app/hook/config` (`twin.webhook_url`, the
+  secret shown as `********` when `twin.webhook_secret` is set), `GET /app/hook/deliveries`
+  (every delivery the twin made or lost, newest first, `cursor` paging) (App JWT; the key is
+  `twin.use_app_key()`'s)
 * `GET /repos/{o}/{r}`, `GET /installation/repositories`, `DELETE /installation/token`,
   `POST|GET /repos/{o}/{r}/pulls`, `GET|PATCH /repos/{o}/{r}/pulls/{n}`,
   `PUT|GET /repos/{o}/{r}/pulls/{n}/merge`, `POST|GET /repos/{o}/{r}/issues/{n}/comments`
@@ -31,7 +35,8 @@ Admin (`/_twin/`, loopback clients only, no auth): `POST repos/{o}/{r}/pulls/{n}
 `POST repos/{o}/{r}/pulls/{n}/push {login?}`,
 `GET repos/{o}/{r}/pulls`, `GET repos/{o}/{r}/pulls/{n}/comments`, `GET deliveries`,
 `POST deliveries/{id}/redeliver`, `POST flush`, `POST withhold {"on": bool}`,
-`GET|POST faults`, `POST repos`, `POST installations`,
+`GET|POST faults`, `PATCH app {webhook_url?, webhook_secret?, events?, private_key?}` (the
+App's settings: a PEM or "new" for its key), `POST repos`, `POST installations`,
 `POST installations/{id}/suspend|unsuspend|repositories`. `admin` has a client for most of
 them (the people's acts: `review`, `comment`, `check`, `status`, `push`, `merge`, `close`).
 

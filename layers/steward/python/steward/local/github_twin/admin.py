@@ -147,6 +147,13 @@ def flush(github_url: str) -> int:
     return int(_call(github_url, "POST", "flush")["flushed"])
 
 
+def configure_app(github_url: str, **changes: Any) -> dict[str, Any]:
+    """Change the App's settings (`webhook_url`, `webhook_secret`, `events`, `private_key`:
+    a PEM or "new"); the settings now (with the key's PEM when it changed)."""
+    result: dict[str, Any] = _call(github_url, "PATCH", "app", json=changes)
+    return result
+
+
 def _repo_path(full_name: str) -> str:
     owner, _, name = full_name.partition("/")
     return f"repos/{quote(owner, safe='')}/{quote(name, safe='')}"

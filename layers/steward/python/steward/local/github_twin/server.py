@@ -352,6 +352,24 @@ def _create_token(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Resul
     return _Result(201, twin.api_create_token(req.authorization, int(m[0]), req.json()))
 
 
+def _app(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_app(req.authorization))
+
+
+def _hook_config(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.api_hook_config(req.authorization))
+
+
+def _hook_deliveries(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    """Cursor paging, as GitHub pages deliveries: `Link` names only the next page."""
+    items, cursor = twin.api_hook_deliveries(req.authorization, req.query)
+    headers = []
+    if cursor is not None:
+        query = {**req.query, "cursor": cursor}
+        headers.append(("Link", f'<{twin.url}{req.path}?{urlencode(query)}>; rel="next"'))
+    return _Result(200, items, headers)
+
+
 def _installation(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     return _Result(200, twin.api_installation(req.authorization, int(m[0])))
 
@@ -463,6 +481,9 @@ def _permission(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
 
 _ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("POST", re.compile(rf"^/app/installations/{_NUMBER}/access_tokens$"), _create_token),
+    ("GET", re.compile(r"^/app$"), _app),
+    ("GET", re.compile(r"^/app/hook/config$"), _hook_config),
+    ("GET", re.compile(r"^/app/hook/deliveries$"), _hook_deliveries),
     ("GET", re.compile(rf"^/app/installations/{_NUMBER}$"), _installation),
     ("GET", re.compile(r"^/app/installations$"), _installations),
     ("GET", re.compile(r"^/installation/repositories$"), _installation_repos),
@@ -616,6 +637,10 @@ def _admin_withhold(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Res
     return _Result(200, {"withholding": twin.withhold(on)})
 
 
+def _admin_app(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
+    return _Result(200, twin.configure_app(req.json()))
+
+
 def _admin_faults(twin: GitHubTwin, req: _Request, m: tuple[str, ...]) -> _Result:
     return _Result(200, twin.admin_faults(req.json() if req.method == "POST" else {}))
 
@@ -670,6 +695,7 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], Route]] = [
     ("POST", re.compile(r"^/_twin/flush$"), _admin_flush),
     ("POST", re.compile(r"^/_twin/withhold$"), _admin_withhold),
     ("GET", re.compile(r"^/_twin/faults$"), _admin_faults),
+    ("PATCH", re.compile(r"^/_twin/app$"), _admin_app),
     ("POST", re.compile(r"^/_twin/faults$"), _admin_faults),
     ("POST", re.compile(r"^/_twin/repos$"), _admin_create_repo),
     ("POST", re.compile(r"^/_twin/installations$"), _admin_create_installation),

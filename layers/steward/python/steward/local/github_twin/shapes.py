@@ -7,6 +7,8 @@ githubkit), and the URL fields point at the twin: REST at its root as for
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,16 +23,19 @@ from steward.local.github_twin.state import (
     iso,
     node_id,
 )
+from steward.local.github_twin.webhooks import Delivery
 
 __all__ = [
     "CommitInfo",
     "PullStats",
+    "app",
     "check_run",
     "check_run_rest",
     "combined_status",
     "commit",
     "commit_status",
     "error",
+    "hook_delivery",
     "installation",
     "issue_comment",
     "node_id",
@@ -217,6 +222,69 @@ def repository_brief(repo: Repo) -> Json:
         "name": repo.name,
         "full_name": repo.full_name,
         "private": repo.private,
+    }
+
+
+def app(
+    base: str,
+    owner: Account,
+    *,
+    app_id: int,
+    slug: str,
+    events: list[str],
+    permissions: dict[str, str],
+    installations_count: int,
+    created_at: float,
+) -> Json:
+    """`GET /app`: the authenticated App (githubkit's `Integration`)."""
+    return {
+        "id": app_id,
+        "slug": slug,
+        "node_id": node_id("A", app_id),
+        "client_id": f"Iv1.twin{app_id:08d}",
+        "owner": user(base, owner),
+        "name": slug.capitalize(),
+        "description": "",
+        "external_url": f"{base}/apps/{slug}",
+        "html_url": f"{base}/apps/{slug}",
+        "created_at": iso(created_at),
+        "updated_at": iso(created_at),
+        "permissions": dict(sorted(permissions.items())),
+        "events": list(events),
+        "installations_count": installations_count,
+    }
+
+
+def hook_delivery(number: int, delivery: Delivery) -> Json:
+    """One item of `GET /app/hook/deliveries` (githubkit's `HookDeliveryItem`): GitHub says
+    `OK` for a 2xx answer, the answer's status otherwise, and status code 0 when the
+    receiver never answered."""
+    code = delivery.status or 0
+    if delivery.status is None:
+        status = "failed to connect to host" if delivery.error != "withheld" else "delivery not attempted"
+    elif 200 <= code < 300:
+        status = "OK"
+    else:
+        status = f"Invalid HTTP Response: {code}"
+    body: dict[str, Any] = {}
+    with contextlib.suppress(ValueError):
+        loaded = json.loads(delivery.body)
+        body = loaded if isinstance(loaded, dict) else {}
+    installation_id = (body.get("installation") or {}).get("id")
+    repository_id = (body.get("repository") or {}).get("id")
+    return {
+        "id": number,
+        "guid": delivery.delivery_id,
+        "delivered_at": iso(delivery.delivered_at),
+        "redelivery": delivery.redelivery,
+        "duration": round(delivery.duration, 3),
+        "status": status,
+        "status_code": code,
+        "event": delivery.event,
+        "action": delivery.action,
+        "installation_id": installation_id if isinstance(installation_id, int) else None,
+        "repository_id": repository_id if isinstance(repository_id, int) else None,
+        "throttled_at": None,
     }
 
 

@@ -62,6 +62,18 @@ CHECKS_APP_SLUG = "twin-ci"  # the App that reports the twin's check runs
 CHECK_CONCLUSIONS = ("success", "failure", "timed_out", "neutral", "cancelled")
 STATUS_STATES = ("error", "failure", "pending", "success")
 JWT_MAX_SECONDS = 600  # GitHub refuses an App JWT that expires more than 10 minutes ahead
+# The events the twin's App subscribes to, as README's "The GitHub App" tells an operator to
+# set them. `installation` and `installation_repositories` are not among them: GitHub sends
+# those to every App whatever it subscribes to (and `GET /app` does not list them).
+APP_EVENTS = (
+    "check_run",
+    "check_suite",
+    "issue_comment",
+    "pull_request",
+    "pull_request_review",
+    "pull_request_review_comment",
+    "status",
+)
 _TOKEN_ALPHABET = string.ascii_letters + string.digits
 _OWNER = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -124,17 +136,17 @@ class GitHubTwin(Running):
     ) -> None:
         self.root = Path(root)
         self.app_id = app_id
+        # The App's settings as its owner edits them on GitHub (a test changes them to make
+        # the App disagree with the stack): webhook URL and secret, the subscribed events.
         self.webhook_url = webhook_url
         self.webhook_secret = webhook_secret
+        self.app_events: list[str] = list(APP_EVENTS)
         self.faults = Faults()
         self._address = (host, port)
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.app_private_key_pem: bytes = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        self._public_key = key.public_key()
+        self.app_private_key_pem: bytes = b""
+        self._public_key: rsa.RSAPublicKey | None = None
+        self.use_app_key()
+        self._created_at = time.time()
         self._lock = threading.RLock()
         self._git = GitRepos(self.root / "git", self.root / "home")
         self._deliverer = Deliverer(
@@ -192,6 +204,102 @@ class GitHubTwin(Running):
         if server is not None:
             server.stop()
         self._deliverer.stop()
+
+    # -- the App's settings -----------------------------------------------------------------
+
+    def use_app_key(self, private_key_pem: bytes | None = None) -> bytes:
+        """Make `private_key_pem` (PKCS#8 or PKCS#1 RSA) the App's one key, or a new key when
+        None, as deleting and generating keys on GitHub does: JWTs signed with any other key
+        are refused from now on. Returns the key's PEM."""
+        if private_key_pem is None:
+            key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        else:
+            loaded = serialization.load_pem_private_key(private_key_pem, password=None)
+            if not isinstance(loaded, rsa.RSAPrivateKey):
+                raise ValueError("a GitHub App key is an RSA key")
+            key = loaded
+        self.app_private_key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        self._public_key = key.public_key()
+        return self.app_private_key_pem
+
+    def configure_app(self, changes: Mapping[str, Any]) -> Json:
+        """Change the App's settings as its owner would on GitHub (`PATCH /_twin/app`):
+        `webhook_url` (a string, or None: no webhook), `webhook_secret` ("" unsets it),
+        `events` (the subscribed events), `private_key` (a PEM, or "new" for a new key, which
+        is returned). Checked whole before anything changes."""
+        unknown = set(changes) - {"webhook_url", "webhook_secret", "events", "private_key"}
+        if unknown:
+            raise ValueError(f"unknown App settings: {', '.join(sorted(unknown))}")
+        url = changes.get("webhook_url", self.webhook_url)
+        secret = changes.get("webhook_secret", self.webhook_secret)
+        events = changes.get("events", self.app_events)
+        key = changes.get("private_key")
+        if url is not None and not isinstance(url, str):
+            raise ValueError("webhook_url must be a string or null")
+        if (
+            not isinstance(secret, str)
+            or not _list_of(events, str)
+            or not (key is None or isinstance(key, str))
+        ):
+            raise ValueError(
+                "webhook_secret must be a string, events a list of strings, private_key a PEM or new"
+            )
+        with self._lock:
+            settings: Json = {"webhook_url": url, "secret_set": bool(secret), "events": list(events)}
+            if key is not None:  # first: a PEM that does not load changes nothing
+                pem = self.use_app_key(None if key == "new" else key.encode())
+                settings["private_key"] = pem.decode()
+            self.webhook_url, self.webhook_secret, self.app_events = url, secret, list(events)
+            return settings
+
+    def api_app(self, authorization: str | None) -> Json:
+        """`GET /app`: the authenticated App (App JWT)."""
+        self.verify_app_jwt(authorization)
+        with self._lock:
+            live = sum(1 for i in self._installations.values() if not i.deleted)
+            return shapes.app(
+                self.url,
+                self._human,
+                app_id=self.app_id,
+                slug=self.app_slug,
+                events=sorted(set(self.app_events)),
+                permissions=DEFAULT_PERMISSIONS,
+                installations_count=live,
+                created_at=self._created_at,
+            )
+
+    def api_hook_config(self, authorization: str | None) -> Json:
+        """`GET /app/hook/config`: the App's webhook settings (App JWT). GitHub never shows
+        the secret: `********` when one is set, no `secret` key when none is."""
+        self.verify_app_jwt(authorization)
+        config: Json = {"content_type": "json", "insecure_ssl": "0", "url": self.webhook_url or ""}
+        if self.webhook_secret:
+            config["secret"] = "********"  # noqa: S105 - the mask GitHub shows, no secret
+        return config
+
+    def api_hook_deliveries(
+        self, authorization: str | None, query: Mapping[str, str]
+    ) -> tuple[list[Json], str | None]:
+        """`GET /app/hook/deliveries`: the App's deliveries, newest first, a page of
+        `per_page` (30, at most 100) before the `cursor` (the next page's cursor, or None).
+        `redelivery=true|false` filters, as on GitHub."""
+        self.verify_app_jwt(authorization)
+        per_page = min(max(_query_int(query.get("per_page"), 30), 1), 100)
+        cursor = _query_int(query.get("cursor"), 0)
+        items = [
+            shapes.hook_delivery(number, delivery)
+            for number, delivery in enumerate(self._deliverer.records, start=1)
+            if not cursor or number < cursor
+        ]
+        wanted = query.get("redelivery")
+        if wanted in ("true", "false"):
+            items = [i for i in items if i["redelivery"] == (wanted == "true")]
+        items.reverse()
+        page = items[:per_page]
+        more = len(items) > per_page
+        return page, (str(page[-1]["id"]) if more and page else None)
 
     # -- seeding and acting as people ------------------------------------------------------
 
@@ -641,7 +749,7 @@ class GitHubTwin(Running):
         try:
             claims = jwt.decode(
                 value.strip(),
-                self._public_key,
+                self._public_key,  # type: ignore[arg-type]  # set by __init__
                 algorithms=["RS256"],
                 options={"require": ["exp", "iat", "iss"]},
             )
@@ -1319,6 +1427,8 @@ class GitHubTwin(Running):
         inst = self._installation_of(repo)
         if inst is None or inst.suspended_at is not None:
             return
+        if event not in self.app_events:  # GitHub sends only the events the App subscribes to
+            return
         base = self.url
         payload: Json = {
             **({} if action is None else {"action": action}),
@@ -1603,6 +1713,13 @@ def _split_full_name(full_name: str) -> tuple[str, str]:
     ):
         raise ValueError(f"invalid repository name {full_name!r}")
     return owner, name
+
+
+def _query_int(raw: str | None, default: int) -> int:
+    try:
+        return int(raw) if raw is not None else default
+    except ValueError:
+        return default
 
 
 def _basic_token(authorization: str | None) -> str | None:

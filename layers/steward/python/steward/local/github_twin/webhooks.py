@@ -44,6 +44,7 @@ class Delivery:
     error: str | None = None  # the failure's exception type when there was no answer
     redelivery: bool = False
     delivered_at: float = 0.0
+    duration: float = 0.0  # seconds the receiver took (GitHub shows it per delivery)
 
     def summary(self) -> dict[str, Any]:
         """JSON for the admin API (the body as text: it is JSON the twin made)."""
@@ -231,6 +232,7 @@ class Deliverer:
 
     def _send(self, item: _Outgoing) -> Delivery:
         url, secret, client = self._url(), self._secret(), self._client
+        started = time.monotonic()
         status: int | None = None
         error: str | None = None
         if url is None or client is None:
@@ -265,4 +267,5 @@ class Deliverer:
             error=error,
             redelivery=item.redelivery,
             delivered_at=time.time(),
+            duration=time.monotonic() - started,
         )
