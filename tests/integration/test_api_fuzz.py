@@ -15,6 +15,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import (
@@ -25,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
 from steward.adapters.dynamo import Tables
 from steward.local.stack import LocalStack
 
-from tests.support.documents import DOCUMENT_REPO
+from tests.support.documents import DOCUMENT_REPO, document
 from tests.support.installations import link_installation
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
@@ -95,3 +96,47 @@ def test_hostile_inputs_answer_the_documented_error(
     )
     assert response.status_code == status, response.text
     assert set(response.json()) == {"error"}
+
+
+def test_the_documented_links_hold_as_stateful_sequences(stack: LocalStack, alice: dict[str, str]) -> None:
+    """Schemathesis' stateful run follows the links the document declares (a publish, then
+    reading, submitting and confirming the plan it made) with the same checks."""
+    base = schema.as_state_machine()
+    called: list[tuple[str, int]] = []
+
+    class Workflow(base):  # type: ignore[misc, valid-type]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"base_url": stack.state["api_url"], "headers": alice, "timeout": 30}
+
+        def before_call(self, case: Any) -> None:
+            # A publish here carries a document that can run, so that the links from a
+            # published plan (read it, submit it, confirm it) are followed from a 200 (the
+            # other test sends publishes every body the document allows).
+            if case.operation.label == "PUT /v1/plans/{slug}":
+                case.body = {"markdown": document("Add a test", "Fix the bug")}
+
+        def after_call(self, response: Any, case: Any) -> None:
+            super().after_call(response, case)
+            called.append((case.operation.label, response.status_code))
+
+        def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
+            case.validate_response(response, checks=CHECKS)
+
+    run_state_machine_as_test(
+        Workflow,
+        settings=settings(
+            max_examples=20,
+            stateful_step_count=5,
+            derandomize=True,
+            deadline=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+    assert ("PUT /v1/plans/{slug}", 200) in called or ("PUT /v1/plans/{slug}", 409) in called, sorted(
+        set(called)
+    )
+    # A random slug names no plan (404): an answer about a plan that exists came from a slug
+    # taken from a publish's answer, i.e. a link the document declares was followed.
+    linked = {"GET /v1/plans/{slug}", "POST /v1/plans/{slug}/submit", "POST /v1/plans/{slug}/confirm"}
+    assert any(label in linked and status != 404 for label, status in called), sorted(set(called))
