@@ -2,8 +2,11 @@
 
 Read from the stores each builder in `steward.wiring` constructs (a transaction is
 authorized per item: Put -> PutItem, Update -> UpdateItem, ConditionCheck ->
-ConditionCheckItem, Delete -> DeleteItem). Queries of a table's indexes need the index
-ARNs too, granted with `Query`.
+ConditionCheckItem, Delete -> DeleteItem). `TABLE_ACCESS` holds the actions on each table's
+own ARN (`Query` there: a query of the table itself); `INDEX_QUERIES` the indexes each
+function queries (`Query` on exactly those index ARNs). Both are checked against every
+call the functions' code makes (tests/infra/test_infra_grants.py): an action or index the
+code does not use, or one it uses and these lack, fails that test.
 """
 
 from __future__ import annotations
@@ -31,38 +34,38 @@ GET, QUERY, PUT, UPDATE, DELETE, CHECK = (
 )
 
 TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
-    # Plans (put, update, transact with the owner's wake-up), tasks (pages, cancel, retry's
-    # condition check) and their events, the user's loop settings and wake-ups. Spawning is
-    # the heartbeat's. Installations are read, never written (linking is the operator CLI's).
+    # Plans (put, update, transact with the owner's wake-up; the list is a query of the
+    # owner's plans), tasks (cancel, retry's condition check) and their events (a query of
+    # the task's events), the user's loop settings and wake-ups. Spawning is the heartbeat's.
+    # Installations are only queried (below); linking is the operator CLI's.
     "api": {
         PLANS: (GET, QUERY, PUT, UPDATE),
-        TASKS: (GET, QUERY, UPDATE, CHECK),
+        TASKS: (GET, UPDATE, CHECK),
         EVENTS: (QUERY, PUT),
         USERS: (GET, UPDATE),
-        # The owner's installations (by_owner), for why an item waits (a suspended one).
-        INSTALLATIONS: (QUERY,),
     },
-    # The live users' index only.
-    "scheduler": {USERS: (QUERY,)},
-    # Lease and watermark, plans' items, spawn (task put + plan item + user charge; a retry's
-    # spawn checks the previous task in the same transaction), tickets for the launched
-    # runtimes, the resync's installations (for_owner: the by_owner index; get_synced; and
+    # The live users' index only (below).
+    "scheduler": {},
+    # Lease and watermark, plans' items (a query of the user's plans), spawn (task put + plan
+    # item + user charge; a retry's spawn checks the previous task in the same transaction),
+    # tickets for the launched runtimes, the resync's installations (get_synced; and
     # put_synced, an update, when it re-reads an installation whose deliveries disagreed),
-    # the global brake before a spawn.
+    # the global brake before a spawn; a status comment reads the task's events (its last
+    # checks: a query) and a resync's or a cancel's transition writes one.
     "heartbeat": {
         USERS: (GET, UPDATE),
         PLANS: (GET, QUERY, UPDATE),
-        TASKS: (GET, QUERY, PUT, UPDATE, CHECK),
-        EVENTS: (PUT,),
+        TASKS: (GET, PUT, UPDATE, CHECK),
+        EVENTS: (QUERY, PUT),
         TICKETS: (PUT,),
-        INSTALLATIONS: (GET, QUERY, UPDATE),
+        INSTALLATIONS: (GET, UPDATE),
         CONTROLS: (GET,),
     },
-    # Overdue tasks (live_deadline), expired reservations (reserved), the last hour's spend
-    # (spending), the failure events and the owners' wake-ups; the spend-velocity breaker
-    # reads and engages the global brake.
+    # Overdue tasks, expired reservations and the last hour's spend are index queries
+    # (below); the failure events and the owners' wake-ups; the spend-velocity breaker reads
+    # and engages the global brake.
     "reaper": {
-        TASKS: (GET, QUERY, UPDATE),
+        TASKS: (GET, UPDATE),
         EVENTS: (PUT,),
         USERS: (UPDATE,),
         PLANS: (UPDATE,),
@@ -83,13 +86,25 @@ TABLE_ACCESS: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
         INSTALLATIONS: (GET, UPDATE),
     },
     # Ticket exchange (conditional delete), claim/heartbeat/events/finish on the task, the
-    # owner's installations (for_owner: the by_owner index) for a mint or a GitHub token.
+    # plan (its related pull requests, for the body of the pull request a run opens).
     "runtime": {
         TICKETS: (DELETE,),
         TASKS: (GET, UPDATE),
         EVENTS: (PUT,),
         USERS: (UPDATE,),
-        PLANS: (UPDATE,),
-        INSTALLATIONS: (QUERY,),
+        PLANS: (GET, UPDATE),
     },
+}
+
+INDEX_QUERIES: dict[Function, dict[TableSpec, tuple[str, ...]]] = {
+    # The caller's tasks (by_user), a plan's tasks (by_plan), the live ones (live_by_user);
+    # the owner's installations, for why an item waits (a suspended one).
+    "api": {TASKS: ("by_user", "by_plan", "live_by_user"), INSTALLATIONS: ("by_owner",)},
+    "scheduler": {USERS: ("live",)},
+    # The user's live tasks; the owner's installations (resync's for_owner).
+    "heartbeat": {TASKS: ("live_by_user",), INSTALLATIONS: ("by_owner",)},
+    # Overdue tasks, expired reservations, the last hour's spend.
+    "reaper": {TASKS: ("live_deadline", "reserved", "spending")},
+    # The owner's installations (for_owner) for a mint or a GitHub token.
+    "runtime": {INSTALLATIONS: ("by_owner",)},
 }

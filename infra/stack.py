@@ -14,13 +14,13 @@ from constructs import Construct, IConstruct
 from steward.adapters.price_file import load_price_table
 from steward.config import Function
 from steward.domain.prices import PriceTable
-from steward.tables import CONTROLS
 
 from infra.api import Api
 from infra.functions import TIMEOUTS, StewardFunction, build_layers
 from infra.loop import TICK_SECONDS, HeartbeatQueue, Loop
 from infra.monitoring import Monitoring
-from infra.permissions import QUERY, TABLE_ACCESS
+from infra.operators import Operators
+from infra.permissions import INDEX_QUERIES, QUERY, TABLE_ACCESS
 from infra.relay import Relay, bedrock_read_timeout, relay_timeout
 from infra.runner import CONTAINER, Runner
 from infra.storage import Storage
@@ -152,11 +152,18 @@ class StewardStack(Stack):
                 timeout_seconds=timeout_seconds,
             )
             for spec, actions in TABLE_ACCESS[function].items():
-                table = storage.tables[spec]
-                resources = [table.table_arn]
-                if QUERY in actions:
-                    resources += [f"{table.table_arn}/index/{index.name}" for index in spec.indexes]
-                made.role.add_to_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
+                made.role.add_to_policy(
+                    iam.PolicyStatement(actions=list(actions), resources=[storage.tables[spec].table_arn])
+                )
+            # Query on exactly the indexes the code queries: an index ARN is no table's.
+            for spec, indexes in INDEX_QUERIES.get(function, {}).items():
+                assert set(indexes) <= {index.name for index in spec.indexes}, (function, indexes)
+                arn = storage.tables[spec].table_arn
+                made.role.add_to_policy(
+                    iam.PolicyStatement(
+                        actions=[QUERY], resources=[f"{arn}/index/{name}" for name in indexes]
+                    )
+                )
             self.functions[function] = made
             return made
 
@@ -172,7 +179,7 @@ class StewardStack(Stack):
 
         self._grant(storage, runner, queue)
 
-        Loop(
+        loop = Loop(
             self,
             "Loop",
             queue=queue,
@@ -197,21 +204,18 @@ class StewardStack(Stack):
         CfnOutput(self, "GitHubPrivateKeySecret", value=storage.github_private_key.secret_arn)
         CfnOutput(self, "WebhookSecretArn", value=storage.webhook_secret.secret_arn)
         CfnOutput(self, "TablePrefix", value=prefix)
-        # Operators attach this to whoever may pull or release the global brake
-        # (`steward admin brake on|off`): the controls table's brake item, nothing else.
-        brake_operator = iam.ManagedPolicy(
+        # What operators attach to their own credentials for the operator commands.
+        priced = priced_bedrock_models(self.prices)
+        profiles = {m: found[2] for m in priced if (found := INFERENCE_PROFILE.match(m))}
+        Operators(
             self,
-            "BrakeOperatorPolicy",
-            description="Steward: read, engage and release the global brake",
-            statements=[
-                iam.PolicyStatement(
-                    actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
-                    resources=[storage.tables[CONTROLS].table_arn],
-                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["brake"]}},
-                )
-            ],
+            "Operators",
+            storage=storage,
+            functions=fns,
+            schedules=[loop.tick, loop.reap],
+            foundation_models=sorted({profiles.get(m, m) for m in priced}),
+            inference_profiles=sorted(profiles),
         )
-        CfnOutput(self, "BrakeOperatorPolicyArn", value=brake_operator.managed_policy_arn)
         if api.user_pool is not None and api.client is not None:
             CfnOutput(self, "UserPoolId", value=api.user_pool.user_pool_id)
             CfnOutput(self, "UserPoolClientId", value=api.client.user_pool_client_id)
@@ -234,9 +238,10 @@ class StewardStack(Stack):
     def _grant(self, storage: Storage, runner: Runner, queue: HeartbeatQueue) -> None:
         """Each role's statements beyond its tables: exactly what its code calls."""
         key = storage.capability_key
-        # Relay: verify capabilities, call the priced Bedrock models. Converse and
-        # ConverseStream have no IAM actions of their own: they are authorized as InvokeModel
-        # and InvokeModelWithResponseStream.
+        # Relay: verify capabilities, call the priced Bedrock models. Converse has no IAM
+        # action of its own: it is authorized as InvokeModel. The relay never calls
+        # ConverseStream (InvokeModelWithResponseStream): a client's stream is synthesized
+        # from one Converse answer (steward.domain.eventstream).
         self.functions["relay"].role.add_to_policy(
             iam.PolicyStatement(actions=["kms:GetPublicKey"], resources=[key.key_arn])
         )
@@ -244,10 +249,7 @@ class StewardStack(Stack):
         if models:
             self.functions["relay"].role.add_to_policy(
                 iam.PolicyStatement(
-                    actions=[
-                        "bedrock:InvokeModel",
-                        "bedrock:InvokeModelWithResponseStream",
-                    ],
+                    actions=["bedrock:InvokeModel"],
                     resources=[arn for m in models for arn in self._bedrock_arns(m)],
                 )
             )
@@ -272,15 +274,14 @@ class StewardStack(Stack):
                     )
                 )
         # Runtime routes: mint (sign) and verify capabilities, presigned artifact uploads
-        # and reads, the App's key for installation tokens.
+        # (a presigned PUT is the signer's PutObject; the routes read no artifact), the App's
+        # key for installation tokens.
         runtime = self.functions["runtime"].role
         runtime.add_to_policy(
             iam.PolicyStatement(actions=["kms:Sign", "kms:GetPublicKey"], resources=[key.key_arn])
         )
         runtime.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:PutObject", "s3:GetObject"], resources=[storage.artifacts.arn_for_objects("*")]
-            )
+            iam.PolicyStatement(actions=["s3:PutObject"], resources=[storage.artifacts.arn_for_objects("*")])
         )
         # API: artifact reads (presigned GETs and the review's text).
         self.functions["api"].role.add_to_policy(
@@ -471,6 +472,13 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
         "AwsSolutions-IAM5[Resource::*]",
         "ecr:GetAuthorizationToken has no resource-level permission (AWS requires Resource *); the "
         "execution role only pulls the runner image and writes its log stream.",
+    ),
+    (
+        "Operators/DoctorPolicy/Resource",
+        "AwsSolutions-IAM5[Resource::*]",
+        "steward doctor's describe calls (ecs:DescribeTaskDefinition, ecr:DescribeImages, "
+        "ec2:DescribeSubnets and DescribeRouteTables, cloudwatch:DescribeAlarms) have no narrower "
+        "resource; they read, and the policy is attached to operators only.",
     ),
     (
         "Loop/TickRole",

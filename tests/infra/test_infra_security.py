@@ -13,7 +13,7 @@ from typing import Any
 from steward.config import FUNCTIONS, SETTINGS, settings_for
 
 from infra.monitoring import METRICS
-from infra.permissions import TABLE_ACCESS
+from infra.permissions import INDEX_QUERIES, TABLE_ACCESS
 from tests.infra.helpers import (
     ROOT,
     actions_by_resource,
@@ -110,10 +110,9 @@ def _table_pairs(resources: dict[str, Any], function: str) -> set[tuple[str, str
     }
     pairs = set()
     for spec, actions in TABLE_ACCESS[function].items():  # type: ignore[index]
-        arns = [f"<{tables[spec.logical_name]}.Arn>"]
-        if "dynamodb:Query" in actions:
-            arns += [f"<{tables[spec.logical_name]}.Arn>/index/{i.name}" for i in spec.indexes]
-        pairs |= {(a, r) for a in actions for r in arns}
+        pairs |= {(a, f"<{tables[spec.logical_name]}.Arn>") for a in actions}
+    for spec, indexes in INDEX_QUERIES.get(function, {}).items():  # type: ignore[call-overload]
+        pairs |= {("dynamodb:Query", f"<{tables[spec.logical_name]}.Arn>/index/{i}") for i in indexes}
     return pairs
 
 
@@ -129,7 +128,8 @@ def test_relay_role_holds_exactly_what_the_relay_calls(resources: dict[str, Any]
     bedrock = {(a, r) for a, r in pairs if a.startswith("bedrock:")}
     expected_models = {"anthropic.claude-3-5-haiku-20241022-v1:0", "amazon.nova-lite-v1:0"}
     assert {r.rsplit("/", 1)[1] for _, r in bedrock} == expected_models
-    assert {a for a, _ in bedrock} == {"bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"}
+    # Converse only: the relay synthesizes a client's stream from one answer.
+    assert {a for a, _ in bedrock} == {"bedrock:InvokeModel"}
     assert pairs - bedrock == (
         _table_pairs(resources, "relay")
         | _log_pairs(resources, "relay")
@@ -255,3 +255,34 @@ def test_the_api_may_list_the_bucket_so_a_missing_object_is_a_404_not_a_403(
     ]
     assert listing
     assert all("Condition" not in s for s in listing)
+
+
+def test_the_operator_policies_are_the_brake_the_link_and_the_doctors_reads(
+    template: Any, resources: dict[str, Any]
+) -> None:
+    """Three managed policies for operators' own credentials (infra/operators.py): the
+    doctor's holds exactly DOCTOR_READS (tests/unit/test_doctor_aws.py checks them against
+    what it calls), `*` only for the reads AWS scopes no narrower; none writes but the
+    brake's and the link's single items."""
+    from infra.operators import DOCTOR_READS, DOCTOR_UNSCOPED  # noqa: PLC0415
+
+    policies = {
+        name: [p for k, p in of_type(resources, "AWS::IAM::ManagedPolicy").items() if name in k]
+        for name in ("BrakeOperatorPolicy", "LinkOperatorPolicy", "DoctorPolicy")
+    }
+    assert all(len(found) == 1 for found in policies.values()), policies
+    statements = {
+        name: found[0]["Properties"]["PolicyDocument"]["Statement"] for name, found in policies.items()
+    }
+    actions = {name: {a for s in st for a in as_list(s["Action"])} for name, st in statements.items()}
+    assert (
+        actions["BrakeOperatorPolicy"]
+        == actions["LinkOperatorPolicy"]
+        == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    )
+    assert actions["DoctorPolicy"] == set(DOCTOR_READS)
+    for statement in statements["DoctorPolicy"]:
+        if "*" in as_list(statement["Resource"]):
+            assert set(as_list(statement["Action"])) == set(DOCTOR_UNSCOPED)
+    outputs = set(template.to_json()["Outputs"])
+    assert {"BrakeOperatorPolicyArn", "LinkOperatorPolicyArn", "DoctorPolicyArn"} <= outputs

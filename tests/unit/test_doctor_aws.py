@@ -9,6 +9,7 @@ handed to the deployment directly (`_settings`)."""
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import zipfile
@@ -18,6 +19,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
+from steward.adapters import aws as aws_adapter
 from steward.adapters.brake_store import BrakeStore
 from steward.adapters.deployment import Deployment, aws_deployment
 from steward.adapters.dynamo import Tables
@@ -201,3 +203,51 @@ def test_bedrock_models_must_exist_and_take_on_demand_calls(deployment: Deployme
     assert not result.ok
     assert result.detail.endswith(": not offered by Bedrock in this region")
     assert result.detail.count(";") == 0  # one model of the two
+
+
+# ---- the doctor's policy (infra/operators.py): granted = called, by action
+
+# Endpoint prefixes whose IAM service prefix differs.
+_IAM_PREFIX = {"monitoring": "cloudwatch", "api.ecr": "ecr"}
+CALLED: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _recorded() -> Iterator[None]:
+    """Every call the doctor's own clients make (steward.adapters.aws builds them), as IAM
+    names its action; the module's last test compares them with the policy."""
+
+    def hook(client: Any) -> None:
+        # Only the clients the doctor's adapter builds, not the test's own set-up's.
+        if not any(frame.filename.endswith("adapters/deployment.py") for frame in inspect.stack()):
+            return
+        prefix = client.meta.service_model.endpoint_prefix
+
+        def record(model: Any, **_: Any) -> None:
+            CALLED.add(f"{_IAM_PREFIX.get(prefix, prefix)}:{model.name}")
+
+        client.meta.events.register("before-call.*.*", record)
+
+    aws_adapter.CLIENT_HOOKS.append(hook)
+    yield
+    aws_adapter.CLIENT_HOOKS.remove(hook)
+
+
+def test_the_doctor_policy_grants_the_actions_its_reads_call() -> None:
+    """Runs last in this module: every action the tests above saw the doctor call is in
+    DoctorPolicy, and every action of the policy was called but for those moto cannot serve
+    here (Bedrock's catalogue is stubbed on a client of the test's own; the relay's check,
+    which signs with the capability key, runs against the local stack in test_doctor.py; the
+    stack's resources name its functions and schedules, which moto's CloudFormation does not
+    build, so the tests give their names)."""
+    from infra.operators import DOCTOR_READS  # noqa: PLC0415
+
+    assert CALLED, "no doctor call was recorded"
+    assert set(DOCTOR_READS) >= CALLED, sorted(CALLED - set(DOCTOR_READS))
+    not_here = {
+        "bedrock:GetFoundationModel",
+        "bedrock:GetInferenceProfile",
+        "kms:Sign",
+        "cloudformation:ListStackResources",
+    }
+    assert set(DOCTOR_READS) - CALLED == not_here, sorted(set(DOCTOR_READS) - CALLED)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,12 @@ for _name in ("botocore", "boto3", "urllib3"):
     logging.getLogger(_name).setLevel(max(logging.INFO, logging.getLogger(_name).getEffectiveLevel()))
 
 _LOCK = threading.Lock()
+
+# Called with each client built here (a resource's: its `meta.client`), once, as it is built.
+# Empty in every deployment: the infra tests append the recorder that attributes each AWS
+# call to the function whose parts made the client (tests/support/aws_calls.py), to prove
+# every role grants what its code calls and nothing more.
+CLIENT_HOOKS: list[Callable[[Any], None]] = []
 
 
 @cache
@@ -42,11 +49,17 @@ def client(service: str, *, config: Config | None = None, **kwargs: Any) -> Any:
 
     merged = boto_config().merge(config) if config is not None else boto_config()
     with _LOCK:
-        return boto3.client(service, config=merged, **kwargs)  # type: ignore[call-overload]
+        made = boto3.client(service, config=merged, **kwargs)  # type: ignore[call-overload]
+    for hook in CLIENT_HOOKS:
+        hook(made)
+    return made
 
 
 def resource(service: str, **kwargs: Any) -> Any:
     import boto3  # noqa: PLC0415 - loaded with the first resource
 
     with _LOCK:
-        return boto3.resource(service, config=boto_config(), **kwargs)  # type: ignore[call-overload]
+        made = boto3.resource(service, config=boto_config(), **kwargs)  # type: ignore[call-overload]
+    for hook in CLIENT_HOOKS:
+        hook(made.meta.client)
+    return made
