@@ -104,6 +104,10 @@ class StewardFunction(Construct):
             environment=environment_for(function, environment),
             timeout=Duration.seconds(timeout_seconds or TIMEOUTS[function]),
             memory_size=MEMORY.get(function, 512),
+            # Active: Lambda samples and records each invocation, and the handlers' Powertools
+            # Tracer (steward.observability) adds their AWS and HTTP calls under it; with the
+            # relay's stage traced too, a model call is one trace from API Gateway to Bedrock.
+            tracing=lambda_.Tracing.ACTIVE,
             role=self.role,
             log_group=self.log_group,
             description=f"steward {function}",

@@ -37,6 +37,7 @@ DOCTOR_READS = (
     "dynamodb:Scan",
     "bedrock:GetFoundationModel",
     "bedrock:GetInferenceProfile",
+    "bedrock:GetFoundationModelAvailability",
     "ecs:DescribeTaskDefinition",
     "ecr:DescribeImages",
     "ec2:DescribeSubnets",
@@ -46,6 +47,7 @@ DOCTOR_READS = (
 )
 # Reads AWS authorizes on no narrower resource than `*` (the Service Authorization Reference).
 DOCTOR_UNSCOPED = (
+    "bedrock:GetFoundationModelAvailability",
     "ecs:DescribeTaskDefinition",
     "ecr:DescribeImages",
     "ec2:DescribeSubnets",

@@ -462,10 +462,15 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
         (
             f"{name}Function/Role",
             "AwsSolutions-IAM5[Resource::*]",
-            "ecs:ListTasks has no resource-level permission (AWS requires Resource *); it is conditioned "
-            "on the runner cluster (ecs:cluster).",
+            "xray:PutTraceSegments and PutTelemetryRecords (active tracing, added by CDK) have no "
+            "resource-level permission (AWS requires Resource *)"
+            + (
+                "; so has ecs:ListTasks, which is conditioned on the runner cluster (ecs:cluster)."
+                if name in ("Heartbeat", "Reaper")
+                else "."
+            ),
         )
-        for name in ("Heartbeat", "Reaper")
+        for name in _FUNCTIONS
     ),
     (
         "Runner/TaskDefinition/ExecutionRole",
@@ -476,7 +481,7 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
     (
         "Operators/DoctorPolicy/Resource",
         "AwsSolutions-IAM5[Resource::*]",
-        "steward doctor's describe calls (ecs:DescribeTaskDefinition, ecr:DescribeImages, "
+        "steward doctor's reads (bedrock:GetFoundationModelAvailability, ecs:DescribeTaskDefinition, ecr:DescribeImages, "
         "ec2:DescribeSubnets and DescribeRouteTables, cloudwatch:DescribeAlarms) have no narrower "
         "resource; they read, and the policy is attached to operators only.",
     ),

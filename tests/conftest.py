@@ -31,7 +31,7 @@ from moto import mock_aws
 from steward.adapters.artifact_store import ArtifactStore
 from steward.adapters.dynamo import Tables
 from steward.config import Settings
-from steward.local.moto_serial import install_dynamodb_lock, install_s3_lock
+from steward.local.moto_serial import install_dynamodb_lock, install_number_arithmetic, install_s3_lock
 from steward.local.moto_speed import install_moto_shortcuts
 from steward.wiring import Services
 from xdist.scheduler import LoadFileScheduling
@@ -40,6 +40,7 @@ REGION = "us-east-1"
 
 # Every moto in this process, whoever starts it: the same answers, a third less time each.
 install_moto_shortcuts()
+install_number_arithmetic()
 
 # No per-example time limit: a wall-clock limit fails a correct example whenever the
 # machine is busy (as it is with parallel workers), and tests assert behaviour, not time.

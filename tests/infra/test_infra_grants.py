@@ -32,14 +32,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 import boto3
 import pytest
 from botocore import xform_name
 from moto import mock_aws
-from moto.dynamodb.models.dynamo_type import DynamoType
 from steward import wiring
 from steward.adapters import aws
 from steward.adapters.artifact_store import ArtifactStore
@@ -77,6 +75,8 @@ WEBHOOK_SECRET = "a-webhook-secret-of-the-stack"
 NOT_CALLED_BY_CODE: dict[tuple[str, str], str] = {
     ("*", "logs:CreateLogStream"): "the Lambda service writes the function's logs with its role",
     ("*", "logs:PutLogEvents"): "the Lambda service writes the function's logs with its role",
+    ("*", "xray:PutTraceSegments"): "Lambda's X-Ray daemon sends the function's traces with its role",
+    ("*", "xray:PutTelemetryRecords"): "Lambda's X-Ray daemon sends the function's traces with its role",
     **{
         ("heartbeat", f"sqs:{action}"): "the event source mapping polls the queue with the heartbeat's role"
         for action in (
@@ -605,29 +605,14 @@ def running_task(tables: Tables, bucket: str, model: str) -> Task:
 
 
 def bedrock_models(resources: Mapping[str, Any]) -> list[str]:
-    """The foundation models the relay's role may invoke (the stack's priced Bedrock models)."""
-    found = set()
-    for statement in statements_of_role(dict(resources), role_id(dict(resources), "relay")):
-        if "bedrock:InvokeModel" in as_list(statement["Action"]):
-            for resource in as_list(statement["Resource"]):
-                found.add(json.dumps(resource).rsplit("foundation-model/", 1)[1].split('"', 1)[0])
-    return sorted(found)
+    """The Bedrock models the relay may invoke: the priced ones of the packaged table, which
+    the template is synthesized with (a profile's id as it is: the relay calls it so)."""
+    from steward.adapters.price_file import load_price_table  # noqa: PLC0415
 
+    from infra.stack import priced_bedrock_models  # noqa: PLC0415
 
-def _add_exponent_numbers(add: Any) -> Any:
-    """moto's ADD parses a number without a "." as an int, so a settlement's zero delta
-    ("0E-8", what DynamoDB accepts) fails there: such numbers are written plainly first."""
-
-    def plain(value: DynamoType) -> DynamoType:
-        if value.is_number() and "E" in value.value.upper():
-            return DynamoType({"N": format(Decimal(value.value), "f")})
-        return value
-
-    def wrapped(self: DynamoType, other: DynamoType) -> DynamoType:
-        total: DynamoType = add(plain(self), plain(other))
-        return total
-
-    return wrapped
+    del resources  # synthesized from the same table
+    return priced_bedrock_models(load_price_table())
 
 
 @pytest.fixture(scope="module")
@@ -642,7 +627,6 @@ def run(resources: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> 
         mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
         mp.setenv("HOME", str(tmp_path_factory.mktemp("home")))
         mp.chdir(tmp_path_factory.mktemp("cwd"))
-        mp.setattr(DynamoType, "__add__", _add_exponent_numbers(DynamoType.__add__))
         wiring.reset()
         with mock_aws(), GitHubTwin(tmp_path_factory.mktemp("twin")) as twin:
             twin.create_repo(REPO, {"README.md": "# demo\n"})

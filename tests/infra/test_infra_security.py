@@ -36,7 +36,12 @@ UNAUTHENTICATED = {
     ("http-route", "GET /console/{proxy+}"),
 }
 # AWS requires Resource "*" for these actions (no resource-level permissions).
-STAR_RESOURCE_ALLOWED = {"ecs:ListTasks", "ecr:GetAuthorizationToken"}
+STAR_RESOURCE_ALLOWED = {
+    "ecs:ListTasks",
+    "ecr:GetAuthorizationToken",
+    "xray:PutTraceSegments",  # active tracing's, which AWS authorizes on * only
+    "xray:PutTelemetryRecords",
+}
 MANAGED_POLICY_ALLOWED = {
     "{'Fn::Join': ['', ['arn:', {'Ref': 'AWS::Partition'}, "
     "':iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs']]}": "RelayRestApiCloudWatchRole",
@@ -117,16 +122,29 @@ def _table_pairs(resources: dict[str, Any], function: str) -> set[tuple[str, str
 
 
 def _log_pairs(resources: dict[str, Any], function: str) -> set[tuple[str, str]]:
+    """The function's own log group, and its traces (active tracing: X-Ray takes `*` only)."""
     fn = resources[function_id(resources, function)]
+    assert fn["Properties"]["TracingConfig"] == {"Mode": "Active"}
     group = fn["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
-    return {("logs:CreateLogStream", f"<{group}.Arn>"), ("logs:PutLogEvents", f"<{group}.Arn>")}
+    return {
+        ("logs:CreateLogStream", f"<{group}.Arn>"),
+        ("logs:PutLogEvents", f"<{group}.Arn>"),
+        ("xray:PutTraceSegments", "*"),
+        ("xray:PutTelemetryRecords", "*"),
+    }
 
 
 def test_relay_role_holds_exactly_what_the_relay_calls(resources: dict[str, Any]) -> None:
     pairs = actions_by_resource(statements_of_role(resources, role_id(resources, "relay")))
     (key_id,) = of_type(resources, "AWS::KMS::Key")
     bedrock = {(a, r) for a, r in pairs if a.startswith("bedrock:")}
-    expected_models = {"anthropic.claude-3-5-haiku-20241022-v1:0", "amazon.nova-lite-v1:0"}
+    # Claude Haiku 4.5 through its global inference profile: the profile, and its model
+    # wherever the profile routes; Nova Lite in this region.
+    expected_models = {
+        "global.anthropic.claude-haiku-4-5-20251001-v1:0",
+        "anthropic.claude-haiku-4-5-20251001-v1:0",
+        "amazon.nova-lite-v1:0",
+    }
     assert {r.rsplit("/", 1)[1] for _, r in bedrock} == expected_models
     # Converse only: the relay synthesizes a client's stream from one answer.
     assert {a for a, _ in bedrock} == {"bedrock:InvokeModel"}
@@ -154,7 +172,8 @@ def test_every_role_holds_its_tables_and_only_its_services(resources: dict[str, 
         pairs = actions_by_resource(statements_of_role(resources, role_id(resources, function)))
         dynamo = {p for p in pairs if p[0].startswith("dynamodb:")}
         assert dynamo == _table_pairs(resources, function), function
-        assert {a.split(":")[0] for a, _ in pairs} <= allowed_services[function], function
+        assert {a.split(":")[0] for a, _ in pairs} <= allowed_services[function] | {"xray"}, function
+        assert _log_pairs(resources, function) <= pairs, function  # every function is traced
 
 
 def test_only_heartbeat_and_reaper_touch_runner_tasks_of_its_definition(resources: dict[str, Any]) -> None:

@@ -38,7 +38,9 @@ from steward.local.openai_server import OpenAIError, OpenAIServer, ReceivedChat,
 
 pytestmark = pytest.mark.integration
 
-HAIKU = "anthropic.claude-3-5-haiku-20241022-v1:0"
+HAIKU = (
+    "global.anthropic.claude-haiku-4-5-20251001-v1:0"  # Claude Haiku 4.5 through its global inference profile
+)
 SECRET_PROMPT = "the launch code is 0000-SWORDFISH"
 API_KEY = "sk-test-7f3a9c1e5b2d4a6f8e0c"
 
@@ -152,9 +154,10 @@ def test_bedrock_sends_the_request_as_given_with_the_lowered_max_tokens(
 def test_bedrock_uses_the_provider_model_of_the_entry(
     converse_server: ConverseServer, bedrock_env: dict[str, str]
 ) -> None:
-    entry = load_price_table().entry(HAIKU).model_copy(update={"provider_model": "us." + HAIKU})
+    us_profile = HAIKU.replace("global.", "us.", 1)
+    entry = load_price_table().entry(HAIKU).model_copy(update={"provider_model": us_profile})
     provider_for(HAIKU, entry, environ=bedrock_env).converse(_user("hi"), max_tokens=5)
-    assert converse_server.requests[0].model_id == "us." + HAIKU
+    assert converse_server.requests[0].model_id == us_profile
     assert converse_server.requests[0].body["inferenceConfig"] == {"maxTokens": 5}
 
 
@@ -180,8 +183,8 @@ def test_bedrock_usage_maps_to_usage_and_the_response_passes_through(
         input_tokens=120, output_tokens=30, cache_read_tokens=900, cache_write_tokens=50
     )
     assert result.response == answer
-    # 120 * 0.80 + 30 * 4.00 + 900 * 0.08 + 50 * 1.00, per million
-    assert cost_of(entry, result.usage) == Decimal("0.000338")
+    # 120 * 1.00 + 30 * 5.00 + 900 * 0.10 + 50 * 1.25, per million
+    assert cost_of(entry, result.usage) == Decimal("0.0004225")
 
 
 def test_bedrock_response_without_usage_has_usage_none(

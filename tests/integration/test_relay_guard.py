@@ -80,7 +80,7 @@ def entry(kit: RelayKit, model: str = "scripted") -> PriceEntry:
 # ---- item 4: an over-report is recorded and alarmed, never charged
 
 
-HAIKU = "anthropic.claude-3-5-haiku-20241022-v1:0"  # priced cache reads and writes
+HAIKU = "global.anthropic.claude-haiku-4-5-20251001-v1:0"  # Claude Haiku 4.5 through its global inference profile  # priced cache reads and writes
 
 
 def _reservation(price: PriceEntry) -> Decimal:

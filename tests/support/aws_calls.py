@@ -18,6 +18,7 @@ ListObjectsV2 is s3:ListBucket; Converse is bedrock:InvokeModel.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -31,6 +32,8 @@ from steward.adapters import aws
 from tests.support.iam_policy import Request
 
 ACCOUNT = "123456789012"  # moto's default account
+# A cross-region inference profile id (infra.stack.INFERENCE_PROFILE): its geography, its model.
+_INFERENCE_PROFILE = re.compile(r"^(us|us-gov|eu|apac|jp|au|ca|global)\.(.+)$")
 
 
 @dataclass(frozen=True)
@@ -243,11 +246,15 @@ def expand(  # noqa: PLR0911 - one answer per service
             operation, operation
         )
         model = params["modelId"]
+        if model.startswith("arn:"):
+            return [(f"bedrock:{action}", model, {})]
+        profile = _INFERENCE_PROFILE.match(model)
+        if profile is None:
+            return [(f"bedrock:{action}", f"arn:aws:bedrock:{region}::foundation-model/{model}", {})]
+        # A cross-region inference profile: Bedrock authorizes the profile here and its model
+        # in the region it routes the call to (this one, for the record).
         return [
-            (
-                f"bedrock:{action}",
-                model if model.startswith("arn:") else f"arn:aws:bedrock:{region}::foundation-model/{model}",
-                {},
-            )
+            (f"bedrock:{action}", f"arn:aws:bedrock:{region}:{ACCOUNT}:inference-profile/{model}", {}),
+            (f"bedrock:{action}", f"arn:aws:bedrock:{region}::foundation-model/{profile[2]}", {}),
         ]
     raise AssertionError(f"no IAM mapping for {prefix}:{operation}: add one to tests/support/aws_calls.py")

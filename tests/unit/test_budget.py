@@ -24,7 +24,9 @@ from steward.domain.budget import (
 from steward.domain.errors import Forbidden
 from steward.domain.prices import PriceEntry, PriceTable, UnknownModel
 
-HAIKU = "anthropic.claude-3-5-haiku-20241022-v1:0"
+HAIKU = (
+    "global.anthropic.claude-haiku-4-5-20251001-v1:0"  # Claude Haiku 4.5 through its global inference profile
+)
 NOVA = "amazon.nova-lite-v1:0"
 
 
@@ -66,8 +68,8 @@ def test_packaged_table_has_the_models_the_relay_and_demo_use() -> None:
     haiku = table.entry(HAIKU)
     assert haiku.provider == "bedrock"
     # Read as exact decimals, never through a float.
-    assert (haiku.input_per_mtok, haiku.output_per_mtok) == (Decimal("0.80"), Decimal("4.00"))
-    assert (haiku.cache_read_per_mtok, haiku.cache_write_per_mtok) == (Decimal("0.08"), Decimal("1.00"))
+    assert (haiku.input_per_mtok, haiku.output_per_mtok) == (Decimal("1.00"), Decimal("5.00"))
+    assert (haiku.cache_read_per_mtok, haiku.cache_write_per_mtok) == (Decimal("0.10"), Decimal("1.25"))
     assert haiku.provider_model_for(HAIKU) == HAIKU
     assert table.entry("scripted-pricey").output_per_mtok == Decimal(500)
     ollama = table.entry("ollama/llama3.2")
@@ -279,8 +281,8 @@ def test_per_token_is_exact() -> None:
 def test_cost_counts_each_token_kind_once_at_its_own_price() -> None:
     haiku = load_price_table().entry(HAIKU)
     usage = Usage(input_tokens=1000, output_tokens=500, cache_read_tokens=2000, cache_write_tokens=100)
-    # 1000 * 0.80 + 500 * 4.00 + 2000 * 0.08 + 100 * 1.00, per million
-    assert cost_of(haiku, usage) == Decimal("0.00306")
+    # 1000 * 1.00 + 500 * 5.00 + 2000 * 0.10 + 100 * 1.25, per million
+    assert cost_of(haiku, usage) == Decimal("0.003825")
     assert cost_of(haiku, Usage(0, 0)) == 0
 
 
@@ -303,8 +305,8 @@ def test_input_bound_is_the_byte_count() -> None:
 def test_max_cost_prices_input_at_the_highest_input_side_price_plus_overhead() -> None:
     haiku = load_price_table().entry(HAIKU)
     assert haiku.input_overhead_tokens == 1024
-    # (1000 + 1024) tokens at the cache-write price 1.00 (the highest) + 100 at 4.00, per million
-    assert max_cost(haiku, 1000, 100) == Decimal("0.002424")
+    # (1000 + 1024) tokens at the cache-write price 1.25 (the highest) + 100 at 5.00, per million
+    assert max_cost(haiku, 1000, 100) == Decimal("0.00303")
     scripted = load_price_table().entry("scripted")
     assert max_cost(scripted, 400, 1000) == Decimal("0.0054")
 

@@ -180,29 +180,95 @@ def test_schedules_alarms_and_the_brake(deployment: Deployment) -> None:
     assert results["brake"].detail.startswith("engaged: on since")
 
 
-def test_bedrock_models_must_exist_and_take_on_demand_calls(deployment: Deployment) -> None:
+AVAILABLE = {
+    "modelId": "m",
+    "agreementAvailability": {"status": "AVAILABLE"},
+    "authorizationStatus": "AUTHORIZED",
+    "entitlementAvailability": "AVAILABLE",
+    "regionAvailability": "AVAILABLE",
+}
+REFUSED = AVAILABLE | {"authorizationStatus": "NOT_AUTHORIZED", "entitlementAvailability": "NOT_AVAILABLE"}
+ACTIVE = {"status": "ACTIVE"}
+
+
+@pytest.mark.parametrize(
+    ("answers", "detail"),
+    [
+        # the packaged table's two, in order: Nova Lite, then Claude Haiku 4.5 through its
+        # global inference profile
+        (
+            [
+                ("model", "ACTIVE"),
+                ("availability", AVAILABLE),
+                ("profile", ACTIVE),
+                ("availability", AVAILABLE),
+            ],
+            None,
+        ),
+        (
+            [("model", None), ("profile", ACTIVE), ("availability", AVAILABLE)],
+            "amazon.nova-lite-v1:0: not offered by Bedrock in this region",
+        ),
+        (
+            [
+                ("model", "ACTIVE"),
+                ("availability", AVAILABLE),
+                ("profile", ACTIVE),
+                ("availability", REFUSED),
+            ],
+            "global.anthropic.claude-haiku-4-5-20251001-v1:0: not enabled for this account "
+            "(authorization NOT_AUTHORIZED, entitlement NOT_AVAILABLE): enable it in the Bedrock console",
+        ),
+        (
+            [("model", "LEGACY"), ("profile", ACTIVE), ("availability", AVAILABLE)],
+            "amazon.nova-lite-v1:0: the model is LEGACY",
+        ),
+    ],
+    ids=["both callable", "not offered", "not enabled", "legacy"],
+)
+def test_bedrock_models_must_exist_take_on_demand_calls_and_be_enabled(
+    deployment: Deployment, answers: list[tuple[str, Any]], detail: str | None
+) -> None:
     bedrock: Any = boto3.client("bedrock", region_name=REGION)
     deployment._clients["bedrock"] = bedrock
     deployment._settings["price_table"] = None  # the packaged table: two Bedrock models
     deployment._settings["default_model"] = "none"
     stub = Stubber(bedrock)
-    stub.add_response(
-        "get_foundation_model",
-        {
-            "modelDetails": {
-                "modelArn": "arn:aws:bedrock:us-east-1::foundation-model/m",
-                "modelId": "m",
-                "modelLifecycle": {"status": "ACTIVE"},
-                "inferenceTypesSupported": ["ON_DEMAND"],
-            }
-        },
-    )
-    stub.add_client_error("get_foundation_model", "ResourceNotFoundException", "no such model")
+    for kind, answer in answers:
+        if kind == "profile":
+            stub.add_response(
+                "get_inference_profile",
+                {
+                    "inferenceProfileName": "p",
+                    "inferenceProfileArn": "arn:aws:bedrock:us-east-1:123456789012:inference-profile/p",
+                    "models": [{"modelArn": "arn:aws:bedrock:us-east-1::foundation-model/m"}],
+                    "inferenceProfileId": "p",
+                    "type": "SYSTEM_DEFINED",
+                    **answer,
+                },
+            )
+        elif kind == "availability":
+            stub.add_response("get_foundation_model_availability", answer)
+        elif answer is None:
+            stub.add_client_error("get_foundation_model", "ResourceNotFoundException", "no such model")
+        else:
+            stub.add_response(
+                "get_foundation_model",
+                {
+                    "modelDetails": {
+                        "modelArn": "arn:aws:bedrock:us-east-1::foundation-model/m",
+                        "modelId": "m",
+                        "modelLifecycle": {"status": answer},
+                        "inferenceTypesSupported": ["ON_DEMAND"],
+                    }
+                },
+            )
     with stub:
         [result] = run_checks(deployment, only={"models"})
-    assert not result.ok
-    assert result.detail.endswith(": not offered by Bedrock in this region")
-    assert result.detail.count(";") == 0  # one model of the two
+    stub.assert_no_pending_responses()
+    assert result.ok is (detail is None), result
+    if detail is not None:
+        assert result.detail == detail
 
 
 # ---- the doctor's policy (infra/operators.py): granted = called, by action
@@ -247,6 +313,7 @@ def test_the_doctor_policy_grants_the_actions_its_reads_call() -> None:
     not_here = {
         "bedrock:GetFoundationModel",
         "bedrock:GetInferenceProfile",
+        "bedrock:GetFoundationModelAvailability",
         "kms:Sign",
         "cloudformation:ListStackResources",
     }

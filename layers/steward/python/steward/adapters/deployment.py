@@ -209,7 +209,9 @@ class Deployment:
         bedrock = self._client("bedrock")
         if model.startswith(_PROFILE_PREFIXES):
             status = bedrock.get_inference_profile(inferenceProfileIdentifier=model).get("status")
-            return None if status in (None, "ACTIVE") else f"its inference profile is {status}"
+            if status not in (None, "ACTIVE"):
+                return f"its inference profile is {status}"
+            return self._access_problem(model.split(".", 1)[1])
         details = bedrock.get_foundation_model(modelIdentifier=model).get("modelDetails", {})
         lifecycle = (details.get("modelLifecycle") or {}).get("status")
         if lifecycle not in (None, "ACTIVE"):
@@ -217,6 +219,29 @@ class Deployment:
         kinds = details.get("inferenceTypesSupported") or []
         if kinds and "ON_DEMAND" not in kinds:
             return "no on-demand use: price an inference profile id instead (us., eu., ...)"
+        return self._access_problem(model)
+
+    def _access_problem(self, model: str) -> str | None:
+        """Why this account may not call `model` yet: a third-party model's first call
+        subscribes the account in AWS Marketplace (and Anthropic's ask a use-case form), which
+        the relay's role may not do (it holds no Marketplace action): the operator enables it
+        once, in the Bedrock console's model catalogue."""
+        found = self._client("bedrock").get_foundation_model_availability(modelId=model)
+        states = {
+            "authorization": found.get("authorizationStatus"),
+            "entitlement": found.get("entitlementAvailability"),
+            "agreement": (found.get("agreementAvailability") or {}).get("status"),
+            "region": found.get("regionAvailability"),
+        }
+        missing = [
+            f"{name} {state}"
+            for name, state in states.items()
+            if state not in (None, "AUTHORIZED", "AVAILABLE", "NOT_REQUIRED")
+        ]
+        if missing:
+            return (
+                "not enabled for this account (" + ", ".join(missing) + "): enable it in the Bedrock console"
+            )
         return None
 
     # -- webhook ----------------------------------------------------------------------------
