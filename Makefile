@@ -163,7 +163,8 @@ STACK ?= Steward
 # Twice: environment-agnostic (no credentials), then as `cdk deploy` synthesizes it with an
 # account and a region (concrete ARNs, where a cdk-nag acknowledgment or a format_arn can
 # differ), into build/cdk.out.env.
-SYNTH_ENV = CDK_DEFAULT_ACCOUNT=123456789012 CDK_DEFAULT_REGION=us-east-1
+SYNTH_ENV = CDK_DEFAULT_ACCOUNT=123456789012 CDK_DEFAULT_REGION=us-east-1 \
+	STEWARD_SYNTH_AZS=us-east-1a,us-east-1b,us-east-1c
 synth: layer-check $(NODE_STAMP)
 	@$(CDK_ENV) $(CDK) synth --quiet --no-notices --no-version-reporting -c stackName=$(STACK) $(CONTEXT)
 	@$(CDK_ENV) $(SYNTH_ENV) $(CDK) synth --quiet --no-notices --no-version-reporting -o build/cdk.out.env -c stackName=$(STACK) $(CONTEXT)

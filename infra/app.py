@@ -20,6 +20,11 @@ def build(app: App, layer_dir: Path | None = None) -> StewardStack:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     account, region = os.environ.get("CDK_DEFAULT_ACCOUNT"), os.environ.get("CDK_DEFAULT_REGION")
     env = Environment(account=account, region=region) if account and region else None
+    zones = os.environ.get("STEWARD_SYNTH_AZS")
+    if env is not None and zones:
+        # `make synth` synthesizes for a made-up account offline: the availability zones a
+        # deploy would look up with credentials are given instead.
+        app.node.set_context(f"availability-zones:account={account}:region={region}", zones.split(","))
     # The stack's name prefixes its tables, queue and dashboard (tablePrefix aside), so two
     # stacks of different names share an account and region without a name clash.
     name = str(app.node.try_get_context("stackName") or STACK)

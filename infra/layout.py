@@ -13,7 +13,9 @@ LAYERS: dict[Function, tuple[str, ...]] = {
     "heartbeat": ("common", "crypto", "github"),
     "reaper": ("common",),
     "relay": ("common", "crypto"),
-    "webhook": ("common",),
+    # A mention's ask reads the person's permission from GitHub (services.asks): the App's
+    # client and its JWT.
+    "webhook": ("common", "crypto", "github"),
     "runtime": ("common", "crypto", "github"),
 }
 TIMEOUTS: dict[Function, int] = {
