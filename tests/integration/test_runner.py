@@ -458,6 +458,14 @@ def test_calls_to_tools_not_offered_are_refused_never_run_and_the_run_recovers(
     assert "not offered in the edit phase" in refused[1]["result"]
     assert "not offered in the verify phase" in refused[2]["result"]
     assert "x.py" not in (artifacts.read_text(task_id, "git-status.txt") or "")
+    # and the runtime's own log says so, the model's names quoted
+    (log,) = [p for d in RUNTIME_LOGS for p in d.glob(f"{task_id}.log")]
+    lines = [line for line in log.read_text().splitlines() if "refused" in line]
+    assert [line.split("refused ", 1)[1].split(" ", 1)[0] for line in lines] == [
+        "'delete_repository'",
+        "'run_verification'",
+        "'write_file'",
+    ], lines
 
 
 def test_repeated_invalid_calls_end_the_run_with_the_reason(alice: Alice, artifacts: ArtifactStore) -> None:

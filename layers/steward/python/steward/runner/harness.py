@@ -30,6 +30,7 @@ commands and each check are bounded by it, and no tool runs once it is spent.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -71,6 +72,8 @@ VERIFY_DESCRIPTION = (
     "Run one of the plan's required checks exactly as listed (no shell, no extra arguments), "
     "in a sandbox without network. Returns its exit code and output tail."
 )
+
+_LOG = logging.getLogger(__name__)
 
 
 class Cancelled(Exception):
@@ -392,6 +395,15 @@ class Harness:
             )
         if not verdict.allowed:
             entry |= {"allowed": False, "ok": False, "result": verdict.error}
+            # The runtime's log says why a run ends on invalid calls without its artifacts
+            # (repr: the model's text cannot forge a log line; the log handlers redact).
+            _LOG.info(
+                "refused %r (%d of %d): %r",
+                name[:64],
+                state.invalid_calls,
+                self.limits.max_invalid_calls,
+                verdict.error[:300],
+            )
             return state, _result(tool_id, verdict.error, error=True)
         entry["allowed"] = True
         if name == VERIFY_TOOL:
@@ -400,6 +412,7 @@ class Harness:
             text = self.workspace.call(name, raw, seconds=self._remaining())
         except ToolError as exc:
             message = self.outgoing.bounded(str(exc), self.limits.max_result_chars)
+            _LOG.info("%r failed: %r", name[:64], message[:300])
             entry |= {"ok": False, "result": self._bounded(message, _RECORD_CHARS)}
             return state, _result(tool_id, message, error=True)
         if name in WRITE_TOOLS:
