@@ -344,8 +344,8 @@ def sqs_tick(world: World) -> dict[str, Any]:
 
 def over_reporting(call: ReceivedConverse) -> dict[str, Any]:
     """Bedrock answering honestly, except to "over": then it reports far more output than the
-    call's bound (the relay's over-report). An honest call goes first because moto's
-    DynamoDB cannot ADD a zero like 0E-8 to an attribute that is not there yet."""
+    call's bound (the relay's over-report). An honest call goes first, so the over-report
+    settles onto a task that has spent before, as one would in a run."""
     if "over" in json.dumps(call.body.get("messages")):
         return converse_response(text="hi", input_tokens=10, output_tokens=1_000_000)
     return echo_behaviour(call)

@@ -28,7 +28,8 @@ Decisions (README has no word on them; they are written here):
   not failed, since the packaged table prices an Ollama model on a developer's machine),
   Bedrock ones are listed as not checked (the local relay reaches Bedrock only with real
   credentials or STEWARD_BEDROCK_ENDPOINT_URL). In AWS, each Bedrock model (or inference
-  profile) must exist and be ACTIVE in the region, and the default model must be priced.
+  profile) must exist, be ACTIVE in the region and be enabled for the account (its
+  Marketplace subscription and agreement), and the default model must be priced.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import Protocol
 from steward.domain.brake import Brake
 from steward.domain.installations import Installation
 from steward.domain.prices import PriceEntry, PriceTable
-from steward.domain.webhooks import HANDLED
+from steward.domain.webhooks import HANDLED, WebhookSecret
 
 # GitHub delivers these to every App, subscribed or not (README, "The GitHub App").
 ALWAYS_DELIVERED = frozenset({"installation", "installation_repositories"})
@@ -277,13 +278,12 @@ def check_webhook_url(probe: Probe, name: str) -> Result:
 
 
 def ping_delivery(secret: str) -> tuple[bytes, dict[str, str]]:
-    """A `ping` as GitHub sends it when a hook is set up, signed with `secret`."""
-    import hashlib  # noqa: PLC0415 - this one use
-    import hmac  # noqa: PLC0415
-    import uuid  # noqa: PLC0415
+    """A `ping` as GitHub sends it when a hook is set up, signed with `secret` as the
+    receiver verifies it (`WebhookSecret.sign`)."""
+    import uuid  # noqa: PLC0415 - this one use
 
     body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 0}, separators=(",", ":")).encode()
-    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    signature = WebhookSecret(secret).sign(body)
     headers = {
         "Content-Type": "application/json",
         "X-GitHub-Event": "ping",
