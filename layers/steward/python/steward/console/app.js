@@ -75,8 +75,10 @@
 
   let generation = 0; // bumped by every navigation: a slower earlier page never paints over it
 
+  // A page lists its parts with null for a part it does not have (no blocked note, no
+  // shared waiting line); the DOM would print those as the text "null".
   function show(...nodes) {
-    main().replaceChildren(...nodes);
+    main().replaceChildren(...nodes.filter((node) => node !== null && node !== undefined && node !== false));
   }
 
   function showFor(mine, ...nodes) {
