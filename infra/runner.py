@@ -2,7 +2,7 @@
 from containers/runner, a security group that lets out HTTPS only, a log group.
 
 The task definition has no task role: the runtime holds no AWS credential and works only
-through `/v1/runtime/*` with its capability (README: "The runner"). The execution role only
+through `/v1/runtime/*` with its capability (docs/concepts/runner.md). The execution role only
 pulls the image and writes the log stream.
 """
 

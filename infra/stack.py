@@ -90,7 +90,7 @@ class StewardStack(Stack):
             type="String",
             default="",
             allowed_pattern="^[0-9]*$",
-            description="The GitHub App's numeric id (empty until the App exists: see README)",
+            description="The GitHub App's numeric id (empty until the App exists: see docs/guides/deploying.md)",
         )
 
         storage = Storage(self, "Storage", prefix=prefix, deletion_protection=deletion_protection)
@@ -505,8 +505,8 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
     (
         "Relay/RestApi",
         "AwsSolutions-APIG2",
-        "The relay validates every request itself (capability, size, Unicode, screened body: README "
-        '"The relay"); a gateway model would duplicate it for OpenAI-, Anthropic- and Bedrock-shaped bodies.',
+        "The relay validates every request itself (capability, size, Unicode, screened body: "
+        "docs/concepts/relay.md); a gateway model would duplicate it for OpenAI-, Anthropic- and Bedrock-shaped bodies.",
     ),
     (
         "Relay/RestApi",
@@ -538,7 +538,7 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
             f"Storage/{name}",
             "AwsSolutions-SMG4",
             "Rotated where it is issued: the App's private key in GitHub's App settings, the webhook "
-            "secret together with the App's webhook configuration (README); no Lambda can rotate either.",
+            "secret together with the App's webhook configuration (docs/guides/deploying.md); no Lambda can rotate either.",
         )
         for name in ("GitHubPrivateKey", "WebhookSecret")
     ),

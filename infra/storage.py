@@ -81,7 +81,7 @@ class Storage(Construct):
             ],
             removal_policy=removal,
         )
-        # Capabilities are ES256 (README: "Lifecycles"): KMS signs, every verifier holds only the
+        # Capabilities are ES256 (docs/concepts/lifecycle.md): KMS signs, every verifier holds only the
         # public half. Asymmetric keys cannot rotate automatically: rotation is a new key id
         # listed first in STEWARD_CAPABILITY_KEY_ID.
         self.capability_key = kms.Key(
@@ -92,7 +92,7 @@ class Storage(Construct):
             description="Steward capability signing key (ES256)",
             removal_policy=removal,
         )
-        # Values are put after deploy (README): the App's key exists only once the App does.
+        # Values are put after deploy (docs/guides/deploying.md): the App's key exists only once the App does.
         self.github_private_key = secretsmanager.Secret(
             self,
             "GitHubPrivateKey",

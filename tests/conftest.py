@@ -2,7 +2,7 @@
 
 Unit speed: moto in-process (`mock_aws`). Tables come from `steward.tables`, the same specs
 the local stack and the CDK app use. moto's DynamoDB is serialized with one lock
-(`install_dynamodb_lock`, README: "Testing notes") so that races exercise Steward's conditions,
+(`install_dynamodb_lock`, docs/testing.md) so that races exercise Steward's conditions,
 not moto's lack of linearizability. Three short cuts through moto
 (`steward.local.moto_speed`) change what it answers in nothing but time.
 

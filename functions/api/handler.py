@@ -1,4 +1,4 @@
-"""API Lambda: the client HTTP API behind API Gateway's JWT authorizer (README: "Identity and publishing rules")."""
+"""API Lambda: the client HTTP API behind API Gateway's JWT authorizer (docs/concepts/identity.md)."""
 
 from steward.api.handler import lambda_handler
 

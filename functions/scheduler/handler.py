@@ -1,5 +1,5 @@
 """Scheduler Lambda: EventBridge Scheduler's rate target; ticks every live user through the
-heartbeat FIFO queue (README: "Architecture")."""
+heartbeat FIFO queue (docs/architecture.md)."""
 
 from steward.scheduler_handler import lambda_handler
 

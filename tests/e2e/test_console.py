@@ -6,6 +6,7 @@ under build/console/ (look at them)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -148,9 +149,17 @@ def signed_in(browser: Browser, stack: Stack, user: str) -> Page:
     return page
 
 
+# The pages the documentation shows: `make screenshots` sets STEWARD_DOCS_IMAGES to docs/images,
+# and these are written there too, as the reader's first screenful (kept small).
+DOCS_IMAGES = os.environ.get("STEWARD_DOCS_IMAGES")
+DOCS_SHOTS = {"plan-review", "task-review", "task-rounds", "loop-375px"}
+
+
 def shot(page: Page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    if DOCS_IMAGES and name in DOCS_SHOTS:
+        page.screenshot(path=str(Path(DOCS_IMAGES) / f"{name}.png"))
 
 
 def test_a_login_link_signs_in_once_and_no_token_reaches_a_url(browser: Browser, stack: Stack) -> None:
@@ -256,6 +265,8 @@ def test_confirm_from_the_review_page_then_watch_the_task_reach_review_and_merge
     expect(page.locator("dl.facts")).to_contain_text("python -m pytest -q")
     expect(page.locator("dl.facts")).to_contain_text("scripted-coder")
     expect(page.locator("#confirm")).to_contain_text(plan["content_hash"][:12])
+    # A part the page does not have (no blocked note here) is left out, not printed as "null".
+    expect(page.locator("main")).not_to_contain_text("null")
     shot(page, "plan-review")
     page.locator("#confirm").click()
     expect(page.locator("#notice")).to_contain_text("Confirmed")

@@ -1,4 +1,4 @@
-"""Each resource family of the stack is present and configured as README: "Architecture" says."""
+"""Each resource family of the stack is present and configured as docs/architecture.md says."""
 
 from __future__ import annotations
 

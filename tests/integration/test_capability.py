@@ -1,6 +1,6 @@
 """Runtime capabilities: ES256 JWTs signed by a KMS key (moto, in-process), verified with the
 public key only; the ticket exchange that mints them after checking durable state; and the
-runtime Lambda behind the local HTTP adapter (README: "The relay", "The runner")."""
+runtime Lambda behind the local HTTP adapter (docs/concepts/relay.md, docs/concepts/runner.md)."""
 
 from __future__ import annotations
 

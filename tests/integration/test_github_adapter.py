@@ -1,6 +1,6 @@
 """The GitHub App adapter against the GitHub twin: installation tokens scoped to one
 repository, pull requests found and reused, and retries that honour `retry-after` within a
-bounded number of attempts (README: "The runner", "Testing notes")."""
+bounded number of attempts (docs/concepts/runner.md, docs/testing.md)."""
 
 from __future__ import annotations
 

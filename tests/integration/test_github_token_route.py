@@ -1,6 +1,6 @@
 """`POST /v1/runtime/github-token`: a runtime's capability (KMS-signed, moto) for an
 installation token of the GitHub twin, scoped to its task's repository, issued only while
-the task runs and its owner's installation is live and holds the repository (README: "The runner")."""
+the task runs and its owner's installation is live and holds the repository (docs/concepts/runner.md)."""
 
 from __future__ import annotations
 

@@ -585,7 +585,7 @@ def test_every_action_of_a_decision_is_safe_to_apply_twice(loop: Loop) -> None:
     assert len({s["task"] for s in loop.ecs.stops}) == 1
 
 
-# ---- follow-up rounds (README: "Follow-up rounds")
+# ---- follow-up rounds (docs/concepts/follow-ups.md)
 
 HEAD = "f" * 40
 

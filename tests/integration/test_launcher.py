@@ -1,5 +1,5 @@
 """The launcher in AWS shape (FargateLauncher against FakeEcs, since moto's ECS ignores
-clientToken), one-time tickets on moto's DynamoDB (serialized, README: "Testing notes"), and the
+clientToken), one-time tickets on moto's DynamoDB (serialized, docs/testing.md), and the
 launch use case that combines them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An approval starts work at once (DESIGN 12, README: "The loop"): a confirm, an explicit
+"""An approval starts work at once (DESIGN 12, docs/concepts/loop.md): a confirm, an explicit
 retry or a recorded follow-up ask lets the loop's next tick through the interval gate (the
 other gates still hold), and the API enqueues a tick for its user on the heartbeat queue.
 Against moto: the heartbeat with a 60 s interval on a fixed clock one second on, and the

@@ -1,4 +1,4 @@
-"""Plans with structure against moto and the ECS fake (README: "Plans with structure"): the
+"""Plans with structure against moto and the ECS fake (docs/concepts/task-document.md): the
 loop starts an item only once every item it waits for merged, the spawn's own write refuses
 otherwise, a predecessor that ended unmerged blocks its dependents until a person retries it,
 an edit of the order needs a new confirmation, and `max_open_prs` holds new work."""

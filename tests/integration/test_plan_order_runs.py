@@ -1,5 +1,4 @@
-"""Plans with structure on the local stack, run by real runtimes (README: "Plans with
-structure"): a chain across two repositories lands in order, each pull request in its own
+"""Plans with structure on the local stack, run by real runtimes (docs/concepts/task-document.md): a chain across two repositories lands in order, each pull request in its own
 repository on a branch cut from the base as the merge left it, linked to its neighbours;
 `max_open_prs` holds the next item until a pull request merges; a predecessor closed unmerged
 blocks its dependents (the API says so) until a person retries it; a confirm starts work at

@@ -1,5 +1,5 @@
 """Governed publication against the GitHub twin, a real clone and real git processes
-(README: "Lifecycles", "The runner"): stages recorded, the bot's commit on the task's branch, one pull
+(docs/concepts/lifecycle.md, docs/concepts/runner.md): stages recorded, the bot's commit on the task's branch, one pull
 request however often publication is repeated, cancellation re-checked, foreign commits never
 overwritten, and no credential left behind in the clone or in any artifact."""
 
@@ -730,7 +730,7 @@ def test_no_token_in_git_config_or_in_any_exception(kit: Kit) -> None:
     assert_nothing_persisted(clone, kit.tokens)
 
 
-# ---- untrusted trees (README: "Testing notes": nothing the model or a check writes runs)
+# ---- untrusted trees (docs/testing.md: nothing the model or a check writes runs)
 
 
 class Listener:

@@ -1,5 +1,5 @@
 """Spend above the ceiling is impossible, not unlikely: 200 concurrent calls on one task on
-the moto server (real HTTP, DynamoDB serialized per README: "Testing notes"), with the committed
+the moto server (real HTTP, DynamoDB serialized per docs/testing.md), with the committed
 spend sampled throughout."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Resync: the loop observes GitHub for what webhooks did not tell it (README: "GitHub").
+"""Resync: the loop observes GitHub for what webhooks did not tell it (docs/concepts/github.md).
 
 Real stores on moto, the heartbeat with its Fargate launcher on the ECS fake, and the
 GitHub twin with its deliveries withheld, so every webhook is lost and only resync can

@@ -170,7 +170,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer)
         p.model_dump(mode="json", exclude_none=True) for p in packaged if p.match == "Steward smoke test"
     ]
     # A model of one's own: an OpenAI-compatible endpoint on loopback (as a local Ollama
-    # would be), priced by a price table of one's own, as the README shows.
+    # would be), priced by a price table of one's own, as docs/guides/deploying.md shows.
     prices = root / "my-prices.json"
     prices.write_text(json.dumps(own_price_table(openai_server.base_url)))
     with local_stack(root, [*PLAYS, *example], runner | {"STEWARD_PRICE_TABLE": str(prices)}) as stack:
@@ -183,7 +183,7 @@ OWN_USAGE = {"prompt_tokens": 500, "completion_tokens": 100}  # what the endpoin
 
 
 def own_price_table(base_url: str) -> dict[str, Any]:
-    """The README's example of STEWARD_PRICE_TABLE: one OpenAI-compatible entry, its prices
+    """The documentation's example of STEWARD_PRICE_TABLE: one OpenAI-compatible entry, its prices
     per million tokens (USD) of one's own."""
     return {
         "version": "mine-1",
@@ -553,7 +553,7 @@ def test_an_item_no_play_matches_fails_final_at_its_first_model_call_saying_what
     assert reason.startswith("the model cannot do this task: the scripted model has no play for this task")
     assert "playbook.json" in reason  # the playbook the stack plays, by its file name
     assert "STEWARD_SCRIPTED_PLAYBOOK" in reason
-    assert "set the plan's model to a real one (README: Playbooks)" in reason
+    assert "set the plan's model to a real one (docs/getting-started/your-own-plan.md)" in reason
     assert float(task["cost_usd"]) == 0  # the refused call was released, not charged
     assert task["failure"]["code"] == "model_cannot_answer"
     entries = harness(artifacts, task_id)
@@ -752,7 +752,7 @@ def test_a_model_of_ones_own_is_charged_at_the_price_table_of_ones_own(
     assert {Decimal(str(turn["cost_usd"])) for turn in turns} == {per_call}
 
 
-# ---- follow-up rounds (README: "Follow-up rounds")
+# ---- follow-up rounds (docs/concepts/follow-ups.md)
 
 
 def _round_of(alice: Alice, parent: str, number: int) -> str:

@@ -1,4 +1,4 @@
-"""Untrusted trees through the whole runner (README: "The runner", "Testing notes", "Guarantees"): the scripted model
+"""Untrusted trees through the whole runner (docs/concepts/runner.md, docs/testing.md, "Guarantees"): the scripted model
 writes a `conftest.py` that the plan's own check (`python -m pytest -q`) runs under
 bubblewrap, and that conftest plants a nested repository whose clean filter would write a
 sentinel file on the host. The runner's git, as root, must never run it: not when it

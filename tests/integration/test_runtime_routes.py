@@ -2,7 +2,7 @@
 `/artifacts/{name}`) in the runtime Lambda behind the local HTTP adapter, over in-process
 moto with a KMS-signed capability: the task and its owner come from the capability only, a
 capability of another task changes nothing, bodies are validated, and an upload is a
-presigned PUT of exactly that task's object (README: "Identity and publishing rules", "The runner")."""
+presigned PUT of exactly that task's object (docs/concepts/identity.md, docs/concepts/runner.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile checks in both strong sandbox modes (README: "The runner"): BWRAP, and CONFINED (where
+"""Hostile checks in both strong sandbox modes (docs/concepts/runner.md): BWRAP, and CONFINED (where
 bubblewrap cannot run: a seccomp filter and Landlock, forced here on a machine where bwrap
 works). What each test observes is what the runner sees of a check: its exit code and output,
 and the host around it (a listening socket that is never reached, a file that never appears).

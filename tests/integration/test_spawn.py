@@ -1,5 +1,5 @@
 """Task creation: deterministic, idempotent, linked to its item atomically; and the races
-of the issue, run with real threads against moto (DynamoDB serialized, README: "Testing notes")."""
+of the issue, run with real threads against moto (DynamoDB serialized, docs/testing.md)."""
 
 from __future__ import annotations
 

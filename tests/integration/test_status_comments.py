@@ -1,4 +1,4 @@
-"""The status comment on Steward's pull request (README: "The view on GitHub"): one per pull
+"""The status comment on Steward's pull request (docs/concepts/github.md): one per pull
 request, written when the task enters review and edited in place as it moves, within at most
 four GitHub calls over a task's life without rounds; a lost answer, a 5xx or a rate limit
 never makes a second one and never holds back a state change.

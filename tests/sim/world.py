@@ -1,8 +1,7 @@
 """The simulated world a schedule runs in: the real stores on moto, the real services and
 handlers, the GitHub twin, and fakes only for ECS, the model provider and time.
 
-Built once per run (`Run`): moto in-process with its DynamoDB serialized (README:
-"Testing notes"), the artifact bucket, the capability key, the twin (its webhooks withheld: the schedule
+Built once per run (`Run`): moto in-process with its DynamoDB serialized (docs/testing.md), the artifact bucket, the capability key, the twin (its webhooks withheld: the schedule
 delivers them itself, in the order and as often as it chooses) and its one installation.
 Built per schedule (`World`): fresh tables under a prefix of their own, two fresh
 repositories on the twin (both held by the installation, which is linked to the user: a

@@ -1,5 +1,4 @@
-"""A stand-in for boto3's ECS client, because moto's ECS ignores `clientToken` (README:
-"Testing notes") and RunTask with awsvpc would need a whole mocked network.
+"""A stand-in for boto3's ECS client, because moto's ECS ignores `clientToken` (docs/testing.md) and RunTask with awsvpc would need a whole mocked network.
 
 It keeps ECS's documented behaviour for the calls the launcher makes:
 

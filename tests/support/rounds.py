@@ -1,5 +1,5 @@
 """Follow-up rounds as the loop and the runtimes leave them, written to the stores directly
-(README: "Follow-up rounds"): an item's task whose pull request was merged after two rounds,
+(docs/concepts/follow-ups.md): an item's task whose pull request was merged after two rounds,
 a review's that answered with a commit and a failing check's that failed. Every task is
 terminal, so a running loop never acts on them, and a plan awaiting confirmation spawns
 nothing of its own meanwhile."""

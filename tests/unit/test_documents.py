@@ -1,4 +1,4 @@
-"""Task Document parsing (README: "Lifecycles", "Identity and publishing rules"): what becomes an item, and every rejection."""
+"""Task Document parsing (docs/concepts/lifecycle.md, docs/concepts/identity.md): what becomes an item, and every rejection."""
 
 from __future__ import annotations
 

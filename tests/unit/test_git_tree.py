@@ -1,5 +1,5 @@
 """What `steward.adapters.git.untrusted_tree` makes of a clone after the sandbox ran in it
-(README: "Testing notes"): every spelling of `.git` a filesystem could honour is found, the
+(docs/testing.md): every spelling of `.git` a filesystem could honour is found, the
 directories holding one are left out of staging, and no path can select a filter, diff or
 merge driver. Filesystem only: no git process runs here."""
 

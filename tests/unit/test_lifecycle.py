@@ -1,4 +1,4 @@
-"""The plan, item and task lifecycles of README: "Lifecycles": the transition functions, the
+"""The plan, item and task lifecycles of docs/concepts/lifecycle.md: the transition functions, the
 tables (`steward.domain.lifecycle`) and the code that writes statuses, against each other."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Plans with structure (README: "Plans with structure"), pure: `(after #n)` and `order:
+"""Plans with structure (docs/concepts/task-document.md), pure: `(after #n)` and `order:
 sequential` as the parser reads and refuses them, as publish re-resolves them, as the content
 hash and `plan diff` see them, and as the loop decides from them (every predecessor state)."""
 

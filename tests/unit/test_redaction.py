@@ -1,4 +1,4 @@
-"""The redactor (README: "The runner", "Testing notes", "Guarantees"): every pattern, what must survive, fail-closed
+"""The redactor (docs/concepts/runner.md, docs/testing.md, "Guarantees"): every pattern, what must survive, fail-closed
 behaviour, and property tests that no part of a token leaks, whole, streamed or truncated."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Follow-up rounds in the loop's pure parts (README: "Follow-up rounds"): which ask gets a
+"""Follow-up rounds in the loop's pure parts (docs/concepts/follow-ups.md): which ask gets a
 round and when, what a round's task is, what its model is told and what it replies."""
 
 from __future__ import annotations

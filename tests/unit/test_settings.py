@@ -1,6 +1,6 @@
 """The settings list (`steward.config.SETTINGS`) is the one account of what a deployment
 configures: the parser reads every variable on it, only the composition root reads the
-environment, and the README's configuration table names every variable."""
+environment, and the documentation's settings page names every variable."""
 
 from __future__ import annotations
 
@@ -126,10 +126,9 @@ def test_secrets_stay_out_of_the_settings_repr() -> None:
     assert {s.env for s in SETTINGS if s.secret} == {"STEWARD_WEBHOOK_SECRET", "STEWARD_GITHUB_PRIVATE_KEY"}
 
 
-def test_the_readme_configuration_table_names_every_setting() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    named = set(re.findall(r"STEWARD_[A-Z0-9_]+", section))
+def test_the_settings_page_names_every_setting() -> None:
+    page = (ROOT / "docs" / "reference" / "settings.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"STEWARD_[A-Z0-9_]+", page))
     missing = sorted(s.env for s in SETTINGS if s.env not in named)
     assert missing == []
 

@@ -1,4 +1,4 @@
-"""The view on GitHub, pure (README: "The view on GitHub"): the status comment as a table over
+"""The view on GitHub, pure (docs/concepts/github.md): the status comment as a table over
 every status, with and without rounds, hostile text rendered inert; when the loop must update
 it (`status_due`); the failure table every surface shows; and the pull request's body."""
 

@@ -842,15 +842,15 @@ def _add_plan_commands(sub: Any) -> None:
         dest="plan_command", required=True
     )
     p = plan.add_parser("publish", help="upsert a Task Document")
-    p.add_argument("file")
+    p.add_argument("file", help="the Task Document: Markdown with YAML front matter")
     p.add_argument("--slug", type=_slug, help="plan slug (default: derived from the file name)")
     p.set_defaults(func=cmd_plan_publish)
     for action, text in (("submit", "ask for confirmation"), ("archive", "stop the plan")):
         p = plan.add_parser(action, help=text)
-        p.add_argument("slug", type=_slug)
+        p.add_argument("slug", type=_slug, help="the plan's slug")
         p.set_defaults(func=_plan_action(action))
     p = plan.add_parser("confirm", help="approve the plan's current content")
-    p.add_argument("slug", type=_slug)
+    p.add_argument("slug", type=_slug, help="the plan's slug")
     p.add_argument(
         "--content-hash",
         help="the content you reviewed (the 12 characters `plan show` prints, or the whole hash): "
@@ -858,13 +858,13 @@ def _add_plan_commands(sub: Any) -> None:
     )
     p.set_defaults(func=_plan_action("confirm"))
     p = plan.add_parser("show", help="one plan: what confirming it approves, its items and their details")
-    p.add_argument("slug", type=_slug)
+    p.add_argument("slug", type=_slug, help="the plan's slug")
     p.set_defaults(func=cmd_plan_show)
     p = plan.add_parser("diff", help="what changed since the plan's last confirmation")
-    p.add_argument("slug", type=_slug)
+    p.add_argument("slug", type=_slug, help="the plan's slug")
     p.set_defaults(func=cmd_plan_diff)
     p = plan.add_parser("watch", help="a live view of the plan and its tasks until it ends")
-    p.add_argument("slug", type=_slug)
+    p.add_argument("slug", type=_slug, help="the plan's slug")
     _watch_options(p)
     p.set_defaults(func=cmd_plan_watch)
     plan.add_parser("list", help="your plans").set_defaults(func=cmd_plan_list)
@@ -876,40 +876,42 @@ def _add_task_commands(sub: Any) -> None:
     _watch_options(p, flag="refresh the table until every task has ended")
     p.set_defaults(func=cmd_tasks)
     task = sub.add_parser("task", help="one task").add_subparsers(dest="task_command", required=True)
-    p = task.add_parser("show")
-    p.add_argument("id", type=_task_id)
+    p = task.add_parser(
+        "show", help="one task: its status, why it waits or failed, its cost and pull request"
+    )
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.set_defaults(func=cmd_task_show)
     p = task.add_parser("retry", help="ask the loop for another attempt of a finished task's item")
-    p.add_argument("id", type=_task_id)
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.set_defaults(func=cmd_task_retry)
     p = task.add_parser("cancel", help="cancel a queued or running task; withdraw one in review")
-    p.add_argument("id", type=_task_id)
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.set_defaults(func=cmd_task_cancel)
     p = task.add_parser("events", help="the task's events in order")
-    p.add_argument("id", type=_task_id)
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.add_argument("--follow", action="store_true", help="keep printing new events until the task ends")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_task_events)
     p = task.add_parser("logs", help="the task's output: live while it runs, its screen tail after")
-    p.add_argument("id", type=_task_id)
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.add_argument("--follow", action="store_true", help="wait for it to start and print until it ends")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_task_logs)
     p = task.add_parser("artifacts", help="the task's artifacts and their sizes")
-    p.add_argument("id", type=_task_id)
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.set_defaults(func=cmd_task_artifacts)
     p = task.add_parser("artifact", help="one artifact, to stdout or a file")
-    p.add_argument("id", type=_task_id)
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.add_argument(
         "name", help="bootstrap.json, harness.json, diff.patch, git-status.txt, publish.json, screen.txt"
     )
     p.add_argument("-o", "--output", help="write it to this file")
     p.set_defaults(func=cmd_task_artifact)
     p = task.add_parser("diff", help="the change the task made (its diff.patch)")
-    p.add_argument("id", type=_task_id)
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.set_defaults(func=cmd_task_diff)
     p = task.add_parser("open", help="the task's pull request (printed, and opened in a browser)")
-    p.add_argument("id", type=_task_id)
+    p.add_argument("id", type=_task_id, help="the task's id (as `tasks` lists it)")
     p.set_defaults(func=cmd_task_open)
 
 
@@ -925,14 +927,14 @@ def _add_loop_commands(sub: Any) -> None:
     loop = sub.add_parser("loop", help="your reconciliation loop settings").add_subparsers(
         dest="loop_command", required=True
     )
-    loop.add_parser("show").set_defaults(func=cmd_loop_show)
+    loop.add_parser("show", help="your loop settings").set_defaults(func=cmd_loop_show)
     loop.add_parser("pause", help="stop spawning until resumed").set_defaults(
         func=cmd_loop_pause, paused=True
     )
     loop.add_parser("resume", help="spawn again").set_defaults(func=cmd_loop_pause, paused=False)
-    p = loop.add_parser("set")
-    p.add_argument("--enabled", type=_bool)
-    p.add_argument("--paused", type=_bool)
+    p = loop.add_parser("set", help="change some of your loop settings (the others stay)")
+    p.add_argument("--enabled", type=_bool, help="true or false: whether the loop runs for you at all")
+    p.add_argument("--paused", type=_bool, help="true or false: as `loop pause` and `loop resume`")
     p.add_argument("--interval", type=int, help="seconds between reconciliations")
     p.add_argument("--quiet-hours", help="HH:MM-HH:MM in your time zone, or 'none'")
     p.add_argument("--timezone", help="IANA time zone, e.g. Europe/Berlin")
@@ -1032,14 +1034,14 @@ def _add_local_and_admin_commands(sub: Any) -> None:
     p.add_argument("name", help="the dev user (any name: alice, bob, ...)")
     p.set_defaults(func=cmd_local_login)
     p = local.add_parser("token", help="mint a dev bearer token")
-    p.add_argument("name")
+    p.add_argument("name", help="the dev user (any name: alice, bob, ...)")
     p.set_defaults(func=cmd_local_token)
 
     admin = sub.add_parser("admin", help="operator commands (talk to AWS directly)").add_subparsers(
         dest="admin_command", required=True
     )
     p = admin.add_parser("link-installation", help="link a GitHub App installation to a user")
-    p.add_argument("installation_id", type=int)
+    p.add_argument("installation_id", type=int, help="the GitHub App installation's numeric id")
     p.add_argument("--owner", help="the user's JWT sub (required)")
     p.add_argument(
         "--force",

@@ -2,7 +2,7 @@
 
 `SETTINGS` names each variable, the functions that read it and whether a deployment must
 set it; the CDK app gives each function exactly its variables from this list, and the
-README's configuration table is checked against it. `Settings.from_env` is the one parser:
+settings page (docs/reference/settings.md) is generated from it. `Settings.from_env` is the one parser:
 it reads the environment once (the composition root, `steward.wiring`, calls it) and
 answers a clear `ValueError` naming the variable for a malformed value. Required variables
 have local defaults where the local stack can supply one; `Settings.require` names a
@@ -449,7 +449,7 @@ _DEFAULTS: dict[str, str] = {
 }
 
 # What the local launcher hands its runtimes besides their own four variables, as a Fargate
-# task definition would carry them (README: "The runner"): the runner's bounds, never a setting
+# task definition would carry them (docs/concepts/runner.md): the runner's bounds, never a setting
 # of the control plane (STEWARD_RUNNER_SUBNETS and the like are the launcher's own).
 RUNTIME_PASSED = ("STEWARD_STREAM_URL", "STEWARD_SANDBOX_UID", "STEWARD_WORK_DIR", "STEWARD_KEEP_WORK")
 RUNTIME_PASSED_PREFIXES = ("STEWARD_RUNNER_", "STEWARD_CHECK_")

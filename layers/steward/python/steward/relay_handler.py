@@ -4,7 +4,7 @@ Converse models), each surface's translation and the provider adapters load on t
 call that needs them (`wiring.relay()`, or inside the route), and nothing here imports
 githubkit, httpx, PyYAML or the CLI (`tests/unit/test_cold_imports.py` holds that).
 
-Surfaces (README: "The relay"), each through the one admission, reservation and settlement of
+Surfaces (docs/concepts/relay.md), each through the one admission, reservation and settlement of
 `steward.services.relay`:
 
 * `POST /v1/relay/converse`: Steward's own (the runner's), a Converse body, the answer with a

@@ -1,4 +1,4 @@
-"""Runtime Lambda: every route a runtime calls (README: "Identity and publishing rules", "The relay", "The runner"), outside the user
+"""Runtime Lambda: every route a runtime calls (docs/concepts/identity.md, docs/concepts/relay.md, "The runner"), outside the user
 authorizer. The runtime holds no AWS credential; these routes are its only way to write.
 
 | route | credential | body | answer |

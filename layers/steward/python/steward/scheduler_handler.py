@@ -1,7 +1,7 @@
 """Scheduler Lambda entry point (functions/scheduler/handler.py re-exports it).
 
 EventBridge Scheduler invokes it at a fixed rate; it ticks every live user through the
-heartbeat FIFO queue (README: "Architecture"). Its parts come from `steward.wiring` (settings
+heartbeat FIFO queue (docs/architecture.md). Its parts come from `steward.wiring` (settings
 tagged `scheduler` in `steward.config`: the tables, the queue prefix, the tick window).
 
 The window is taken from the event's `scheduled_time` (the schedule's input template can

@@ -1,4 +1,4 @@
-"""Webhook Lambda behind a Function URL: GitHub's deliveries (README: "GitHub"; the rules are
+"""Webhook Lambda behind a Function URL: GitHub's deliveries (docs/concepts/github.md; the rules are
 in `steward.domain.webhooks`, the receiver in `steward.services.webhooks`).
 
 `POST /` (the Function URL itself) and `POST /webhook`. The signature is checked over the

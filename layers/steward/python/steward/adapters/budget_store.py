@@ -1,5 +1,5 @@
 """The relay's budget: reservations and settlements on the task item, one conditional
-UpdateItem each (README: "The relay", "Testing notes").
+UpdateItem each (docs/concepts/relay.md, docs/testing.md).
 
 Running totals live on the task item because conditions cannot do arithmetic:
 `committed_usd` (settled spend + outstanding reservations) and `headroom_usd` (the task's

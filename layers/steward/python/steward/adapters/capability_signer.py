@@ -1,4 +1,4 @@
-"""Capability tokens: ES256 JWTs signed by a KMS asymmetric key (README: "The relay").
+"""Capability tokens: ES256 JWTs signed by a KMS asymmetric key (docs/concepts/relay.md).
 
 The private key never leaves KMS: the minter holds kms:Sign on it, the relay only
 kms:GetPublicKey, so a compromised relay can read capabilities but not make them. KMS

@@ -52,7 +52,7 @@ HTTP_TIMEOUT = 10.0
 DOCTOR_TASK_ID = "t" + "0" * 24
 DOCTOR_SUB = "steward-doctor"
 ACTIVE_PLAN_STATUSES = (PlanStatus.CONFIRMED.value, PlanStatus.IN_PROGRESS.value)
-# What the local stack's state file must hold for the checks (README, "Quick start").
+# What the local stack's state file must hold for the checks (docs/getting-started/local-stack.md).
 LOCAL_KEYS = (
     "api_url",
     "relay_http_url",

@@ -1,4 +1,4 @@
-"""The launcher in AWS: one Fargate task per Steward task id (README: "Architecture").
+"""The launcher in AWS: one Fargate task per Steward task id (docs/architecture.md).
 
 `launch` is ECS RunTask with a clientToken derived from the task id alone, so a replayed
 launch with the same parameters returns the task ECS already started. A replay with a new
@@ -6,10 +6,10 @@ ticket differs in its parameters, and ECS answers ConflictException (its documen
 to a reused token with other parameters); the launcher then finds the task it started
 earlier by its `steward:task_id` tag among the cluster's tasks started by "steward" and
 returns that one, starting nothing. ECS keeps a token for 24 hours; past that a replay
-would start a second runtime, whose conditional claim fails (README: "Testing notes": never rely
+would start a second runtime, whose conditional claim fails (docs/testing.md: never rely
 on a provider token alone).
 
-The runtime's environment (README: "The runner"): this launcher overrides exactly
+The runtime's environment (docs/concepts/runner.md): this launcher overrides exactly
 STEWARD_TASK_ID, STEWARD_TICKET, STEWARD_API_URL and STEWARD_RELAY_URL; the task definition
 carries the deployment's runner bounds (STEWARD_RUNNER_*, STEWARD_CHECK_*, and from the image
 STEWARD_SANDBOX_UID=10001 and STEWARD_WORK_DIR=/tmp, optionally STEWARD_KEEP_WORK). No

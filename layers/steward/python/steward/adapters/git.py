@@ -1,4 +1,4 @@
-"""Hardened `git` subprocesses: the only place Steward runs git (README: "The runner", "Testing notes", "Guarantees").
+"""Hardened `git` subprocesses: the only place Steward runs git (docs/concepts/runner.md, docs/testing.md, "Guarantees").
 
 Everything git reads from a clone is untrusted once the sandbox has run in it (the model
 edited its files, the plan's checks ran there), and each kind of input has its rule here.

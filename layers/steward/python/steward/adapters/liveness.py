@@ -2,7 +2,7 @@
 
 Only users whose loop is enabled and may have live work carry `live_shard`, so a scheduler
 run reads those users and nothing else: its cost grows with active users, not all users
-(README: "Architecture"). The partition is spread over `LIVE_SHARDS` shards so no index key runs
+(docs/architecture.md). The partition is spread over `LIVE_SHARDS` shards so no index key runs
 hot; a run queries every shard.
 """
 

@@ -297,7 +297,7 @@ class PlanStore:
     def _update_and_wake(self, user: str, update: dict[str, Any], *, person: bool = False) -> Plan:
         """The plan update and the owner's loop wake-up in one transaction: the watermark
         advances (the loop will not take its no-progress shortcut) and the user joins the
-        scheduler's liveness index, or neither happens (README: "The loop"). `person` (a
+        scheduler's liveness index, or neither happens (docs/concepts/loop.md). `person` (a
         confirm): the next tick is not held back by the interval gate either."""
         actions: list[Any] = [
             {"Update": {"TableName": self._tables.name(PLANS), **update}},

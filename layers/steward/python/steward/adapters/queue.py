@@ -1,4 +1,4 @@
-"""SQS adapter of the heartbeat FIFO queue: the scheduler's fan-out (README: "Architecture").
+"""SQS adapter of the heartbeat FIFO queue: the scheduler's fan-out (docs/architecture.md).
 
 One message per user per tick window. The group is the user, so one user's heartbeats never
 overlap; the deduplication id is a hash of user and window, so a replayed or retried
@@ -7,7 +7,7 @@ nothing. Users are JWT subjects, which fit SQS's group id alphabet and 128-chara
 
 A person's action (a confirm, a retry, a follow-up ask) also sends one tick for its user at
 once (`TickNow`), in a window of its own, so no deduplication swallows it and the work need
-not wait for the scheduler's next period (README: "The loop").
+not wait for the scheduler's next period (docs/concepts/loop.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HTTP client of every control-plane call the runtime makes (README: "The relay", "The runner"): the
+"""HTTP client of every control-plane call the runtime makes (docs/concepts/relay.md, docs/concepts/runner.md): the
 ticket exchange, scoped GitHub tokens, the claim, heartbeats, progress events, the finish,
 artifact uploads, and model calls through the relay. The runtime holds no AWS credential:
 these calls are how it writes anything, and an artifact goes to S3 by a presigned PUT the

@@ -9,7 +9,7 @@ existing task back from the cancellation reason, creating nothing.
 Status changes go through `transition`: one TransactWriteItems that moves the task
 (conditional on the status and event sequence it was read with), appends its durable event
 with the next gapless sequence number, and, for lifecycle events, wakes the owner's loop
-(README: "The loop"; why a wake and not a bare watermark bump: `_write_transition`).
+(docs/concepts/loop.md; why a wake and not a bare watermark bump: `_write_transition`).
 Non-terminal tasks carry the attributes of the sparse `live_*` indexes; a terminal
 transition removes them.
 
@@ -565,7 +565,7 @@ class TaskStore:
         """One transaction: the task, its event, and for a lifecycle event the owner's wake.
 
         A lifecycle event wakes the loop (watermark, liveness index and `live_mark`) rather
-        than only advancing the watermark. The watermark contract (README: "The loop") says
+        than only advancing the watermark. The watermark contract (docs/concepts/loop.md) says
         the loop acts on every advance, but a tick that holds the lease records as processed
         the watermark it read and, finding no live work, takes the user out of the liveness
         index unless `live_mark` moved: an advance without the mark made during that tick is
@@ -669,7 +669,7 @@ class TaskStore:
         wake: bool = False,
     ) -> Task:
         """A progress event (phase, check, tool): durable, ordered, gapless, but it does not
-        advance the watermark (README: "The loop"). `admit(current)` runs before every attempt,
+        advance the watermark (docs/concepts/loop.md). `admit(current)` runs before every attempt,
         on the task as read for it, and raises to refuse the event: every status change moves
         the event sequence too, so an event admitted for a status is written only while the
         task still has it. `sets`: attributes of the task written with the event (or a
@@ -982,7 +982,7 @@ class TaskStore:
     def request_retry(self, task: Task, *, now: datetime) -> None:
         """Ask the loop for another attempt of a finished task's item: the item goes back to
         pending while still linked to `task`, which the next spawn checks as its previous
-        task (README: "Identity and publishing rules", explicit retry). Only the item's current task can be retried."""
+        task (docs/concepts/identity.md, explicit retry). Only the item's current task can be retried."""
         if task.status is TaskStatus.REVIEW and task.pr_number is not None:
             # one open pull request per item revision: its own (reopened, perhaps) comes first
             raise LifecycleError(

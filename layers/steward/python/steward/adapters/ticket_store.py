@@ -1,5 +1,5 @@
 """Tickets table adapter: the one-time secret a runtime exchanges for its capability
-(README: "The runner").
+(docs/concepts/runner.md).
 
 Only the sha256 of a ticket is stored, so a read of the table (a backup, a console, a
 scan) yields nothing a runtime could present. A ticket is used up by one conditional

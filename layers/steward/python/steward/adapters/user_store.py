@@ -31,7 +31,7 @@ _SETTINGS_FIELDS = tuple(LoopSettings.model_fields)
 
 # ---- the user-item parts of other stores' transactions
 def wake_update(tables: Tables, user: str, *, person: bool = False) -> dict[str, Any]:
-    """The user-item part of every write that should make the loop act (README: "The loop"):
+    """The user-item part of every write that should make the loop act (docs/concepts/loop.md):
     a plan's confirmation or archival, an explicit retry, a task's lifecycle event. It
     advances the watermark, joins the liveness index, and bumps `live_mark`.
 

@@ -1,1 +1,1 @@
-"""The client HTTP API (README: "Identity and publishing rules"): routes on a Powertools resolver."""
+"""The client HTTP API (docs/concepts/identity.md): routes on a Powertools resolver."""

@@ -1,5 +1,5 @@
 """The HTTP boundary every resolver shares (API, relay, runtime routes, webhook): JSON
-answers, the mapping of `StewardError` to status and body (README: "Identity and publishing rules"), 404 for an
+answers, the mapping of `StewardError` to status and body (docs/concepts/identity.md), 404 for an
 unknown route, a 500 that says nothing about the failure, and the body-size check.
 
 Powertools' resolvers keep the current event in shared state; each Lambda has one resolver

@@ -1,5 +1,5 @@
 """`GET /v1/tasks/{id}/rounds`: a task's follow-up rounds as the console's task page lists
-them (README: "Follow-up rounds"). Each round says what asked for it (the kind, and who or
+them (docs/concepts/follow-ups.md). Each round says what asked for it (the kind, and who or
 which check: never the ask's text, which the task's `follow_up_asked` event holds), where it
 is, the commit it pushed once answered, its required checks with their last verdicts, and
 what it cost. 404 for another user's task, as every task route; a round has no rounds."""

@@ -1,4 +1,4 @@
-"""The per-task artifacts (README: "The runner"): their fixed names, what each holds, the bound
+"""The per-task artifacts (docs/concepts/runner.md): their fixed names, what each holds, the bound
 on their size and the S3 key each is stored under (`artifacts/{task_id}/{name}`).
 
 The names are a closed list: an artifact route (the client's download, the runtime's upload)

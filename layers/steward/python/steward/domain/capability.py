@@ -1,4 +1,4 @@
-"""The runtime capability (README: "The relay"): what a runtime may spend, on which task, with
+"""The runtime capability (docs/concepts/relay.md): what a runtime may spend, on which task, with
 which model, for how long. Pure: the claims and their rules; signing and verification live
 in `steward.adapters.capability_signer`.
 

@@ -1,4 +1,4 @@
-"""Credentials Steward issues, and how to recognize one in text (README: "The relay", "The runner"). Pure.
+"""Credentials Steward issues, and how to recognize one in text (docs/concepts/relay.md, docs/concepts/runner.md). Pure.
 
 The relay refuses a body that carries one (it would hand it to a model provider), and the
 runner redacts them from everything it sends to a model. Both need a test that is precise:

@@ -10,7 +10,7 @@ with that sentence. Anything else a check raises is a FAIL too ("unexpected ..."
 broken read never hides the checks after it. Checks run in `CHECKS` order and each result
 is handed to `on_result` as it completes, so the CLI streams them.
 
-Decisions (README has no word on them; they are written here):
+Decisions (the documentation has no word on them; they are written here):
 
 * The events the App must subscribe to are the events the webhook receiver processes
   (`steward.domain.webhooks.HANDLED`) except `installation` and
@@ -44,7 +44,7 @@ from steward.domain.installations import Installation
 from steward.domain.prices import PriceEntry, PriceTable
 from steward.domain.webhooks import HANDLED, WebhookSecret
 
-# GitHub delivers these to every App, subscribed or not (README, "The GitHub App").
+# GitHub delivers these to every App, subscribed or not (docs/guides/deploying.md, "The GitHub App").
 ALWAYS_DELIVERED = frozenset({"installation", "installation_repositories"})
 SUBSCRIBED_EVENTS = frozenset(HANDLED) - ALWAYS_DELIVERED
 RECENT_DELIVERIES = 20
@@ -382,7 +382,7 @@ def check_app_events(probe: Probe, name: str, shared: _Shared) -> Result:
         return _fail(
             name,
             f"the App does not subscribe to {', '.join(missing)}",
-            "subscribe the App to every event Steward processes (README: The GitHub App)",
+            "subscribe the App to every event Steward processes (docs/guides/deploying.md: The GitHub App)",
         )
     return _ok(name, f"subscribes to the {len(SUBSCRIBED_EVENTS)} events Steward processes")
 

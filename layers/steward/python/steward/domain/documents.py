@@ -1,4 +1,4 @@
-"""Task Documents (README: "Lifecycles", "Identity and publishing rules"): Markdown plans whose top-level checkboxes are work.
+"""Task Documents (docs/concepts/lifecycle.md, docs/concepts/identity.md): Markdown plans whose top-level checkboxes are work.
 
 Pure: text in, a validated `TaskDocument` out, or an `InvalidDocument` (422) that names the
 field and the 1-based line, or `TooLarge` (413). Nothing here touches I/O.
@@ -28,7 +28,7 @@ Choices beyond the README's contract, written down because hashes and approvals 
 * What only the deployment knows is checked by `check_priced` (the model's price entry
   and a budget that pays for one minimal call) and by the plan service (the repository
   held by a live installation of the user); the parser alone stays deployment-free.
-* Order (README: "Plans with structure"): a checkbox line may end with `(after #1)` or
+* Order (docs/concepts/task-document.md): a checkbox line may end with `(after #1)` or
   `(after #1, #3)`; the suffix is not part of the item's title (so renumbering a reference
   never makes the work new), references are validated here (existing items, no self
   reference, no cycle, with `order: sequential` counted) and covered by the content hash
@@ -217,13 +217,12 @@ class FrontMatter(BaseModel):
     checks: tuple[str, ...]
     setup: tuple[str, ...] = ()
     max_attempts: int = 3
-    # Follow-up rounds each item may take on its pull request (README: "Follow-up rounds"),
+    # Follow-up rounds each item may take on its pull request (docs/concepts/follow-ups.md),
     # each at budget_usd: confirming approves them with the rest.
     follow_ups: int = DEFAULT_FOLLOW_UPS
     # `sequential`: each item waits for the one above it (besides its own `(after #n)`).
     order: str | None = None
-    # Run the required checks on the untouched clone before the first model call (README:
-    # "The runner"); false when the item is meant to make a failing check pass.
+    # Run the required checks on the untouched clone before the first model call (docs/concepts/runner.md); false when the item is meant to make a failing check pass.
     baseline: bool = True
 
     @field_validator("baseline", mode="before")

@@ -1,4 +1,4 @@
-"""Domain errors. Each maps to one HTTP status and the JSON error of README: "Identity and publishing rules".
+"""Domain errors. Each maps to one HTTP status and the JSON error of docs/concepts/identity.md.
 
 Adapters translate storage failures (for example DynamoDB's ConditionalCheckFailed) into
 these, so services and handlers never see a botocore exception.
@@ -81,7 +81,7 @@ class NoSuchContent(NotFound):
 
 
 class LifecycleError(StewardError):
-    """A transition the lifecycle of README: "Lifecycles" does not allow."""
+    """A transition the lifecycle of docs/concepts/lifecycle.md does not allow."""
 
     status = 409
     code = "lifecycle"

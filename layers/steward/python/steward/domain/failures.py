@@ -1,5 +1,5 @@
 """Why a task failed, as the person reads it: one documented table of failure codes, each with
-a remedy (one sentence) and who must act (README: "Failures").
+a remedy (one sentence) and who must act (docs/reference/codes.md).
 
 The code is decided where the failure is known (the runner's ending, the reaper, the loop, a
 person's cancel) and stored on the task (`Task.failure_code`); the remedy and who must act are
@@ -208,5 +208,5 @@ def _code(stored: str | None, cancelled: bool) -> FailureCode:
 
 
 def documented_table() -> list[dict[str, str]]:
-    """The table as the README shows it (generated, so it cannot drift)."""
+    """The table as docs/reference/codes.md shows it (generated, so it cannot drift)."""
     return [{"code": c.value, "who": TABLE[c].who.value, "remedy": TABLE[c].remedy} for c in FailureCode]

@@ -1,5 +1,5 @@
-"""What on Steward's pull request asks for a follow-up round, and who may ask (README:
-"What works today" says how far rounds go). Pure: a verified webhook payload in, a
+"""What on Steward's pull request asks for a follow-up round, and who may ask (docs/concepts/follow-ups.md
+says how far rounds go). Pure: a verified webhook payload in, a
 `Trigger` (or nothing) out.
 
 Triggers, each on a pull request whose head branch is Steward's:

@@ -1,4 +1,4 @@
-"""Per-user gates of the heartbeat (README: "The loop"): may the loop act for this user now?
+"""Per-user gates of the heartbeat (docs/concepts/loop.md): may the loop act for this user now?
 
 Pure: every function takes `now` (an aware datetime) and the user's `LoopSettings`.
 

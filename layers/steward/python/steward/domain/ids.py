@@ -1,4 +1,4 @@
-"""Deterministic identities (README: "Lifecycles").
+"""Deterministic identities (docs/concepts/lifecycle.md).
 
 Every id is a hash of what identifies the thing, so a retried write finds the same id and a
 conditional put can decide whether it already happened.

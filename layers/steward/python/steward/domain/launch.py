@@ -1,11 +1,11 @@
-"""What the loop needs from whatever starts runtimes (README: "Architecture", launcher).
+"""What the loop needs from whatever starts runtimes (docs/architecture.md, launcher).
 
 The launcher is the one place that turns a queued task into a running runtime: a Fargate
 task in AWS (`adapters.fargate_launcher`), a local process in the embedded stack
 (`local.launcher`). Both give the runtime only its task id, a one-time ticket and the URLs
-of README: "The runner" (with the deployment's runner bounds, and never an AWS variable), and both are idempotent per task id, because the heartbeat may replay a
+of docs/concepts/runner.md (with the deployment's runner bounds, and never an AWS variable), and both are idempotent per task id, because the heartbeat may replay a
 launch after a lost response or a crash. The claim stays the real guard: a duplicate runtime
-fails its conditional claim and exits (README: "Testing notes").
+fails its conditional claim and exits (docs/testing.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Plan, plan item and task lifecycles of README: "Lifecycles": one transition table each, and
+"""Plan, plan item and task lifecycles of docs/concepts/lifecycle.md: one transition table each, and
 the pure transition functions the stores' conditions are tested against.
 
 The tables list every status change any code path writes, grouped by the operation that

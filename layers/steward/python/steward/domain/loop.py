@@ -1,4 +1,4 @@
-"""Per-user loop settings (README: "Identity and publishing rules", `GET/PUT /v1/loop`)."""
+"""Per-user loop settings (docs/concepts/identity.md, `GET/PUT /v1/loop`)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class LoopSettingsUpdate(BaseModel):
 
 class LoopState(BaseModel):
     """What the heartbeat reads of a user in one GetItem: settings plus the loop's own
-    bookkeeping (README: "The loop" watermark contract)."""
+    bookkeeping (docs/concepts/loop.md watermark contract)."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -54,7 +54,7 @@ class TaskStatus(StrEnum):
     CLOSED = "closed"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    # A follow-up round whose commit is on its pull request (README: "Follow-up rounds"); the
+    # A follow-up round whose commit is on its pull request (docs/concepts/follow-ups.md); the
     # task it answered for stays in review.
     ANSWERED = "answered"
 
@@ -95,8 +95,7 @@ class PlanItem(BaseModel):
 
     `supersedes` is the task of the revision this one replaced, kept until this revision's
     first task spawns: confirming the new revision cancels that task while it is queued or
-    running, and the loop's spawn of the new revision stops its runtime first (README:
-    "Lifecycles"). `removed_at` orders the removed items kept as history (the oldest go first
+    running, and the loop's spawn of the new revision stops its runtime first (docs/concepts/lifecycle.md). `removed_at` orders the removed items kept as history (the oldest go first
     when the history is full, `steward.domain.plans`)."""
 
     model_config = ConfigDict(frozen=True)
@@ -116,7 +115,7 @@ class PlanItem(BaseModel):
     retry_requested: bool = False  # a person asked for another attempt (POST .../retry)
     supersedes: str | None = None  # task id of the replaced revision, until this one spawns
     removed_at: datetime | None = None  # when its checkbox was deleted (history order)
-    # Order and place (README: "Plans with structure"): the keys of the items its `(after #n)`
+    # Order and place (docs/concepts/task-document.md): the keys of the items its `(after #n)`
     # names, resolved from the document at each publish, and the repository its details name
     # (None: the plan's).
     after: tuple[str, ...] = ()
@@ -304,7 +303,7 @@ class Task(BaseModel):
     # (`steward.domain.follow_ups.REPLY_KINDS`): decided and not yet written, and written.
     pending_replies: tuple[str, ...] = ()
     replied: tuple[str, ...] = ()
-    # A follow-up round (README: "Follow-up rounds"): the task in review whose pull request it
+    # A follow-up round (docs/concepts/follow-ups.md): the task in review whose pull request it
     # answers on that task's branch, its number (1 to the plan's follow_ups), and the ask it
     # answers as recorded (redacted, bounded). 0 and None: the item's own attempt.
     parent: str | None = None

@@ -1,4 +1,4 @@
-"""Order between a plan's items (README: "Plans with structure"), pure.
+"""Order between a plan's items (docs/concepts/task-document.md), pure.
 
 An item waits for the items its `(after #n)` names and, with `order: sequential`, the one
 above it (`Plan.predecessors`). It may start once every one of them is merged or done: a

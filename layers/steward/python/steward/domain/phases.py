@@ -1,4 +1,4 @@
-"""The runner's phase machine (README: "The runner"): which tools a turn offers, and what each
+"""The runner's phase machine (docs/concepts/runner.md): which tools a turn offers, and what each
 model move does to the run. Pure: the harness feeds it moves and obeys what it answers.
 
     edit (inspect and change) --model ends its turn--> verify

@@ -1,6 +1,6 @@
 """Publish as a pure function: merge a parsed Task Document into the stored plan.
 
-Identity rules (README: "Lifecycles"): an item keeps its key (and with it status and task id)
+Identity rules (docs/concepts/lifecycle.md): an item keeps its key (and with it status and task id)
 when its text is unchanged, wherever it moved; an item whose text changed in place keeps
 its key and, if work had started on it, becomes a new revision (pending, no task: the old
 task stays as history, named by `supersedes` until the new revision spawns, so confirming

@@ -6,7 +6,7 @@ that move observed toward desired. Every action is idempotent in `apply` (condit
 writes), so a decision computed from stale state is harmless: its writes fail their
 conditions and the next tick decides again from fresh state.
 
-Supersession (README: "Lifecycles"): a queued or running task whose item the approved plan now
+Supersession (docs/concepts/lifecycle.md): a queued or running task whose item the approved plan now
 holds at a later revision is cancelled (`superseded`). Confirming the new revision already
 cancels it (`steward.services.plans`); this rule is the backstop that makes a crash between
 that confirm and its cancel converge, because the approval, not the cancel, is the durable

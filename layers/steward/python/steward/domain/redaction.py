@@ -1,5 +1,5 @@
 """Redaction: what every artifact, event, log line and stored screen tail passes before it is
-written (README: "The runner", "Testing notes", "Guarantees"). Pure: no I/O.
+written (docs/concepts/runner.md, docs/testing.md, "Guarantees"). Pure: no I/O.
 
 It fails closed: a `RedactionError` means redaction could not be guaranteed, and the caller
 must write nothing. Redacted are the exact values of the secrets the process holds (and their

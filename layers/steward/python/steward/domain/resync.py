@@ -1,4 +1,4 @@
-"""GitHub as observed state: which tasks the loop asks GitHub about, and when (README: "GitHub").
+"""GitHub as observed state: which tasks the loop asks GitHub about, and when (docs/concepts/github.md).
 
 Webhooks are a wake-up, not the only source of truth. A delivery can be lost (GitHub does
 not retry), so every task waiting in `review` is observed on GitHub by its branch once its

@@ -1,4 +1,4 @@
-"""The status comment on Steward's pull request (README: "The view on GitHub"): one per pull
+"""The status comment on Steward's pull request (docs/concepts/github.md): one per pull
 request, found by a hidden marker and edited in place as the task moves.
 
 `render` is a pure function of durable state: the task (with what it records of its rounds),

@@ -1,4 +1,4 @@
-"""GitHub webhook rules (README: "GitHub"), pure: signature, headers, payloads, correlation
+"""GitHub webhook rules (docs/concepts/github.md), pure: signature, headers, payloads, correlation
 and the order-independent installation merge. `steward.services.webhooks` applies them
 with the stores.
 

@@ -5,11 +5,11 @@ reconciliation loop spawn one task per item and launch a local runtime for each.
 runtime clones the twin's sample repository, lets the scripted model (`scripted-coder`,
 playing data/playbook.json) edit it through the six tools, runs the plan's check under
 bubblewrap, and publishes a pull request. The third item waits for the first two (`(after #1,
-#2)`, README: "Plans with structure"): it starts once both are merged, on the base as they
+#2)`, docs/concepts/task-document.md): it starts once both are merged, on the base as they
 left it. The stand-in reviewer (`octo-reviewer` on the
 twin) first requests a change on the first item's pull request: the signed review reaches
 the receiver, the loop starts a follow-up round, and its runtime pushes a new commit to the
-same branch and replies on the pull request (README: "Follow-up rounds"). The reviewer then
+same branch and replies on the pull request (docs/concepts/follow-ups.md). The reviewer then
 merges each pull request, the signed webhook moves the task to merged, and the plan
 completes. It prints a progress view while it runs and a final table (item, task, branch,
 PR, checks, cost), and exits 0 only if the plan completed with every item merged and the

@@ -339,7 +339,7 @@ class _RequestHandler(LocalHandler):
         """The JWT authorizer step: no valid bearer token, no invocation.
 
         Real API Gateway answers 401 `{"message":"Unauthorized"}`; locally the body is the
-        JSON error shape of README: "Identity and publishing rules" so clients handle one error format.
+        JSON error shape of docs/concepts/identity.md so clients handle one error format.
         """
         if adapter.kind == "function_url" or adapter.authorizer is None:
             return

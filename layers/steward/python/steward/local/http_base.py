@@ -328,7 +328,7 @@ class LocalHandler(BaseHTTPRequestHandler):
         *,
         close: bool = False,
     ) -> None:
-        """The JSON error shape of README: "Identity and publishing rules": `{"error": {"code": ..., "message": ...}}`."""
+        """The JSON error shape of docs/concepts/identity.md: `{"error": {"code": ..., "message": ...}}`."""
         self.send_json(status, {"error": {"code": code, "message": message}}, headers, close=close)
 
 

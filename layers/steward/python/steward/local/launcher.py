@@ -1,8 +1,8 @@
-"""The launcher of the local stack: one runtime process per task id (README: "Quick start").
+"""The launcher of the local stack: one runtime process per task id (docs/getting-started/local-stack.md).
 
 Each runtime is `python -m steward.runner` in its own session and process group, so `stop`
 reaches everything it started (SIGTERM to the group, SIGKILL after a grace). The child
-gets a minimal environment built here, never this process's (README: "The runner"), exactly:
+gets a minimal environment built here, never this process's (docs/concepts/runner.md), exactly:
 
 * PATH, HOME and LANG, copied from this process where set;
 * STEWARD_TASK_ID, STEWARD_TICKET (only here, never in argv, which any local user can

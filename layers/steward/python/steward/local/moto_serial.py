@@ -4,7 +4,7 @@ Real DynamoDB applies every single-item write atomically: a conditional `UpdateI
 sees the committed item and applies, or fails its condition. moto's DynamoDB is not
 linearizable: two threads handling requests on one item can interleave between evaluating
 the condition and writing the result (20 threads doing a conditional `ADD` overshot the
-limit in 2 of 3 runs, README: "Testing notes"). Budget reservations, claims and lifecycle
+limit in 2 of 3 runs, docs/testing.md). Budget reservations, claims and lifecycle
 transitions rely on that atomicity, so the local stack and the tests must not run on a
 backend that lacks it.
 

@@ -1,4 +1,4 @@
-"""`steward local up`: the embedded local stack (README: "Quick start").
+"""`steward local up`: the embedded local stack (docs/getting-started/local-stack.md).
 
 Everything runs on loopback in this process: a moto server as the AWS endpoint (tables and
 bucket created from the same specs as the CDK app) and the real API Lambda handler behind an

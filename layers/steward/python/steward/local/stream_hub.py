@@ -1,4 +1,4 @@
-"""The local stack's live terminal view (README: "The runner"): ephemeral, never durable.
+"""The local stack's live terminal view (docs/concepts/runner.md): ephemeral, never durable.
 
 Two routes on one small HTTP server (`stream_url` in `.steward/local.json`):
 

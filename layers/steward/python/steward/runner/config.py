@@ -1,5 +1,5 @@
 """The runtime's settings, all from the environment: the four variables the launcher passes
-per task (README: "The runner") and the deployment's runner bounds (`STEWARD_RUNNER_*`,
+per task (docs/concepts/runner.md) and the deployment's runner bounds (`STEWARD_RUNNER_*`,
 `STEWARD_CHECK_*`, `STEWARD_SANDBOX_UID`, `STEWARD_WORK_DIR`, `STEWARD_KEEP_WORK`, and
 locally `STEWARD_STREAM_URL`). The sandbox's two settings are `STEWARD_RUNNER_*` so that
 both launchers pass them as they pass every runner bound: `STEWARD_RUNNER_ALLOW_WEAK_SANDBOX=1`

@@ -1,4 +1,4 @@
-"""The bounded tool loop: model turns through the relay, tools gated by phase (README: "The runner").
+"""The bounded tool loop: model turns through the relay, tools gated by phase (docs/concepts/runner.md).
 
 Each turn offers only the tools of the current phase (`steward.domain.phases`). A call the
 phase does not offer is answered with a recoverable error and never executed; the phase

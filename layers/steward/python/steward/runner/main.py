@@ -1,4 +1,4 @@
-"""`python -m steward.runner`: the runtime's entry point (README: "The runner").
+"""`python -m steward.runner`: the runtime's entry point (docs/concepts/runner.md).
 
 It gets STEWARD_TASK_ID, STEWARD_TICKET, STEWARD_API_URL and STEWARD_RELAY_URL from the
 launcher, plus the deployment's runner bounds (`steward.runner.config`), and no AWS

@@ -1,4 +1,4 @@
-"""One runtime from claim to finish (README: "The runner"): the stages and their records.
+"""One runtime from claim to finish (docs/concepts/runner.md): the stages and their records.
 
     claim -> bootstrap (token, clone, sandbox probe, setup) -> tool loop -> required checks
           -> publish -> finish
@@ -294,7 +294,7 @@ class Run:
             self._baseline(clone)
 
     def _probe_sandbox(self, within: Path) -> tuple[SandboxMode, str]:
-        """The mode checks run in (README: "The runner"), recorded in bootstrap.json's `sandbox`
+        """The mode checks run in (docs/concepts/runner.md), recorded in bootstrap.json's `sandbox`
         with what the kernel offers; a mode weaker than CONFINED, where a check could reach the
         network, ends the run `sandbox_too_weak` unless the deployment allows it. A forced mode
         (`STEWARD_RUNNER_SANDBOX_MODE`) that does not work here ends it the same way. `within`: the
@@ -355,8 +355,7 @@ class Run:
                 )
 
     def _baseline(self, clone: Path) -> None:
-        """The required checks on the untouched clone, before the first model call (README:
-        "The runner"): each one's result in bootstrap.json's `baseline`. One that fails ends the
+        """The required checks on the untouched clone, before the first model call (docs/concepts/runner.md): each one's result in bootstrap.json's `baseline`. One that fails ends the
         task `checks_fail_on_base` (no model call is made); a follow-up round's clone is its
         pull request's head, where a failing check is often what the round is asked to fix, so
         the round goes on and the model is told which checks fail."""

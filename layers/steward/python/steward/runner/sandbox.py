@@ -1,5 +1,5 @@
 """The verification sandbox: `run_verification` runs only the commands the approved plan lists
-(its `checks`), exactly, without a shell (README: "The runner").
+(its `checks`), exactly, without a shell (docs/concepts/runner.md).
 
 The command text is matched against the list, never interpreted: the listed check's argv is
 executed directly, so `;`, `&&`, `|`, `$(...)` and redirections mean nothing unless the plan

@@ -1,4 +1,4 @@
-"""The five file tools the model edits a clone with, confined to that clone (README: "The runner").
+"""The five file tools the model edits a clone with, confined to that clone (docs/concepts/runner.md).
 
 Every argument comes from the model and is untrusted. A path is accepted only when it is
 relative, free of `..` and control characters, and names nothing that is (or that a

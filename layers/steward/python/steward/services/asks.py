@@ -1,5 +1,5 @@
 """Recording a follow-up ask on a task in review, whoever found it: a webhook delivery or the
-resync that reads what a lost delivery carried (README: "Follow-up rounds").
+resync that reads what a lost delivery carried (docs/concepts/follow-ups.md).
 
 An ask is recorded once per round key (pull request, head commit, kind) as a
 `follow_up_asked` event with the key added to the task's `follow_up_keys` and the ask to

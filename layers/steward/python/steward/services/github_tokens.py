@@ -1,5 +1,5 @@
 """`POST /v1/runtime/github-token`: a runtime's capability for a GitHub installation token
-scoped to its task's one repository (README: "The runner").
+scoped to its task's one repository (docs/concepts/runner.md).
 
 The runtime asks at clone time and again at push time rather than holding a token past its
 hour. Every answer is decided from durable state read now, not from the capability alone:

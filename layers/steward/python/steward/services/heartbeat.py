@@ -112,7 +112,7 @@ class Heartbeat:
         now = self.clock()
         state = self.users.loop_state(user)
         # A person's action since the last working tick (confirm, retry, follow-up ask) is
-        # not held back by the interval gate; the other gates hold (README: "The loop").
+        # not held back by the interval gate; the other gates hold (docs/concepts/loop.md).
         gate = gates.check(state.settings, last_tick_at=state.last_tick_at, now=now, nudged=state.nudged)
         if gate is not gates.Gate.OPEN:
             if gate is gates.Gate.DISABLED and state.live:

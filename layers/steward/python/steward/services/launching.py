@@ -1,4 +1,4 @@
-"""Starting a queued task's runtime: the launcher step of the loop (README: "Architecture").
+"""Starting a queued task's runtime: the launcher step of the loop (docs/architecture.md).
 
 A launch issues a one-time ticket, starts the runtime with it, and records `launched_at` and
 `launch_ref` on the task. The task is re-read first (one consistent read), so a replayed

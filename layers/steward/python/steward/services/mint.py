@@ -1,4 +1,4 @@
-"""The runtime's entry: a one-time ticket exchanged for its capability (README: "The relay", "The runner").
+"""The runtime's entry: a one-time ticket exchanged for its capability (docs/concepts/relay.md, docs/concepts/runner.md).
 
 Order matters. The ticket is consumed first, by one conditional delete, so of any number of
 concurrent exchanges exactly one proceeds, and a refused exchange still uses the ticket up

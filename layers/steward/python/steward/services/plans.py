@@ -1,7 +1,7 @@
 """Plan use cases: publish (parse, merge, conditional save) and the lifecycle transitions.
 
 Confirming a new revision of an item cancels the task of the revision it supersedes while
-that task is queued or running (`cancelled`, reason `superseded`, README: "Lifecycles"): after
+that task is queued or running (`cancelled`, reason `superseded`, docs/concepts/lifecycle.md): after
 the approval (one transaction with the loop's wake-up), each item that names a superseded
 task (`PlanItem.supersedes`) costs one GetItem, and each cancel one TransactWriteItems (the
 task, its event, the wake). These cancels are not part of the approval's transaction: they

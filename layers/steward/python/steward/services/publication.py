@@ -1,4 +1,4 @@
-"""Governed publication: the runner's last step, never the model's (README: "Lifecycles", "The runner").
+"""Governed publication: the runner's last step, never the model's (docs/concepts/lifecycle.md, docs/concepts/runner.md).
 
 Stages, in order, each recorded in `publish.json` (stage -> {status, at, detail}) as soon as
 it ends: `stage` (git add -A, nested repositories left out), `record` (staged files,
@@ -174,7 +174,7 @@ class _Run:
     _token: str | None = None
 
     def token(self) -> str:
-        """The installation token, asked for once per attempt (at push time, README: "The runner")."""
+        """The installation token, asked for once per attempt (at push time, docs/concepts/runner.md)."""
         if self._token is None:
             token = self.token_provider()
             if not token:

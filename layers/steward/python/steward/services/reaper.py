@@ -1,4 +1,4 @@
-"""The reaper: the one sweeper of stale tasks (README: "Lifecycles").
+"""The reaper: the one sweeper of stale tasks (docs/concepts/lifecycle.md).
 
 A queued task that never started within the launch grace, or a running task whose runtime
 stopped renewing `last_seen`, becomes `failed`, `retryable`, for every user, paused or not.

@@ -1,4 +1,4 @@
-"""The relay: every model call admitted against the task's budget (README: "The relay").
+"""The relay: every model call admitted against the task's budget (docs/concepts/relay.md).
 
 Per call: size bound (413) before anything touches storage; capability verified (401); the
 operators' global brake (503, read through a cache at most 5 s stale); body screened,

@@ -1,5 +1,5 @@
 """The loop's one-time replies on Steward's pull request to a follow-up ask that starts no
-round (README: "Follow-up rounds"): only collaborators can ask, the rounds are used up or
+round (docs/concepts/follow-ups.md): only collaborators can ask, the rounds are used up or
 turned off, or a person's push took the branch over; and to a round that failed (why, and
 that the branch is as it was).
 

@@ -9,7 +9,7 @@ the review tasks whose last observation is oldest, then the tasks whose pull req
 person closed within `policy.closed_window` (`recently_closed`: a reopen or a merge whose
 delivery was lost is found). Each is asked with the ETag of its previous answer, so an
 unchanged pull request is a 304 that costs no rate limit. A task in review also has its
-asks read (README: "Follow-up rounds"): the check runs and commit statuses of its head
+asks read (docs/concepts/follow-ups.md): the check runs and commit statuses of its head
 (conditional too, so 3 calls, all 304s, for a pull request with nothing new), and, when the
 pull request changed (GitHub moves its `updated_at` on a review or a comment; its base
 moving changes it too), whether it still merges (a conflict is an ask) and its reviews and

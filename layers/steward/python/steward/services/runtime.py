@@ -1,4 +1,4 @@
-"""The runtime's writes (README: "The runner"): claim, heartbeat, progress events, finish and
+"""The runtime's writes (docs/concepts/runner.md): claim, heartbeat, progress events, finish and
 artifact uploads, each authorized by the runtime's capability.
 
 The capability names the task and its owner; no request body does. A body carries the

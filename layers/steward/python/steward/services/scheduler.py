@@ -1,4 +1,4 @@
-"""Scheduler use case (README: "Architecture"): tick every live user once per tick window.
+"""Scheduler use case (docs/architecture.md): tick every live user once per tick window.
 
 The tick window is the floor of the run's time by the period, and it is part of each
 message's deduplication id: a replayed or retried run in the same window sends nothing new,

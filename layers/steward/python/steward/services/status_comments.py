@@ -1,4 +1,4 @@
-"""The loop's status comment on each of Steward's pull requests (README: "The view on GitHub").
+"""The loop's status comment on each of Steward's pull requests (docs/concepts/github.md).
 
 The loop decides from state alone (`steward.domain.status_comment.status_due`: the task's
 shown key differs from the one stored after the last write) and comes here with `ShowStatus`.

@@ -1,4 +1,4 @@
-"""The GitHub webhook receiver (README: "GitHub"): verify, parse, record, act. The rules it
+"""The GitHub webhook receiver (docs/concepts/github.md): verify, parse, record, act. The rules it
 applies (signature, payload reading, correlation, the installation merge) are pure and live
 in `steward.domain.webhooks`; this module orders them and talks to the stores.
 

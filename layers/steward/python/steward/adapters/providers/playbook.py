@@ -9,7 +9,7 @@ play repeats from `loop_from` if set, else answers "done". A request offering no
 the runner's summary turn and gets the play's `summary`. A conversation no play matches is
 refused (`ModelCannotAnswer`, 422): the scripted model can do nothing else, so the runner
 ends the task `failed` `final` at its first call, saying to write a playbook or use a real
-model (the README's "Playbooks" section documents the format).
+model (docs/getting-started/your-own-plan.md documents the format).
 
 The reply is a pure function of the request, as the relay's budget tests need. The
 packaged playbook (data/playbook.json) drives the demo's sample repository;
@@ -100,7 +100,7 @@ def no_play(source: str) -> str:
     return (
         f"the scripted model has no play for this task in {which}. Write a playbook whose "
         f"`match` is in the item's text and name it with {PLAYBOOK_ENV}, or set the plan's "
-        "model to a real one (README: Playbooks)"
+        "model to a real one (docs/getting-started/your-own-plan.md)"
     )
 
 

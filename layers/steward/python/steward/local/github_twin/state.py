@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-# What Steward's App asks for (README, "The GitHub App"): checks and statuses to read failing ones.
+# What Steward's App asks for (docs/guides/deploying.md, "The GitHub App"): checks and statuses to read failing ones.
 DEFAULT_PERMISSIONS = {
     "checks": "read",
     "contents": "write",

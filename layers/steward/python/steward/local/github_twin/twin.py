@@ -62,7 +62,7 @@ CHECKS_APP_SLUG = "twin-ci"  # the App that reports the twin's check runs
 CHECK_CONCLUSIONS = ("success", "failure", "timed_out", "neutral", "cancelled")
 STATUS_STATES = ("error", "failure", "pending", "success")
 JWT_MAX_SECONDS = 600  # GitHub refuses an App JWT that expires more than 10 minutes ahead
-# The events the twin's App subscribes to, as README's "The GitHub App" tells an operator to
+# The events the twin's App subscribes to, as docs/guides/deploying.md's "The GitHub App" tells an operator to
 # set them. `installation` and `installation_repositories` are not among them: GitHub sends
 # those to every App whatever it subscribes to (and `GET /app` does not list them).
 APP_EVENTS = (
