@@ -9,12 +9,12 @@
 # Both are universal (any OS, Python >= 3.11) and list the hashes of every file of each pinned
 # release, so a layer build (pip --platform manylinux2014_x86_64 --python-version 3.12
 # --only-binary=:all:) installs requirements.lock as it is.
-# Installing needs only Python's own pip, no extra tool on a fresh machine: --require-hashes,
-# so nothing unpinned or altered gets in; --no-deps, as the lock already is the whole
-# resolution (and the first pip of a new venv mishandles extras in hash mode); then
-# `pip check` that it is complete. Only `make lock` uses uv (pinned here, fetched into
-# .venv/tools): it resolves for every platform and Python at once, which pip-tools cannot,
-# and in seconds. It keeps each pin that pyproject.toml still allows; `make lock
+# Installing needs only Python's own pip on a fresh machine (it fetches the pinned uv, which
+# installs, or installs itself where uv cannot): --require-hashes, so nothing unpinned or
+# altered gets in; --no-deps, as the lock already is the whole resolution (and the first pip
+# of a new venv mishandles extras in hash mode); then `pip check` that it is complete.
+# `make lock` uses the same uv: it resolves for every platform and Python at once, which
+# pip-tools cannot, and in seconds. It keeps each pin that pyproject.toml still allows; `make lock
 # LOCK_ARGS=--upgrade` (or LOCK_ARGS='-P githubkit') moves to newer releases.
 # A changed lock recreates .venv, so nothing dropped from a lock lingers (pip has no sync). A
 # pyproject.toml edit alone reinstalls just the project (--no-deps, built with the locked
@@ -45,12 +45,19 @@ LOGGED = >$(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG) >&2; echo "make: this step
 
 # The stamps are named by the content they were installed from, not dated against it, so a
 # checkout that leaves the files as they were reinstalls nothing.
+# The locked packages are installed by uv (pinned, fetched from PyPI into $(VENV)/tools: about
+# 25 s where pip takes 100), with the same --require-hashes --no-deps and the bytecode
+# compiled; where uv cannot be fetched or cannot reach the index (a machine that only reaches
+# one through pip's own configuration), pip installs them instead. Either way pip checks them.
 $(LOCKED):
 	@rm -rf $(VENV)
 	@echo "creating the virtual environment $(VENV) ($$($(PYTHON) --version))"
 	@$(PYTHON) -m venv $(VENV)
-	@echo "installing $$(grep -c '^[A-Za-z0-9]' requirements-dev.lock) locked packages from requirements-dev.lock (about a minute)"
-	@$(PIP) install -q --require-hashes --no-deps -r requirements-dev.lock $(LOGGED)
+	@echo "installing $$(grep -c '^[A-Za-z0-9]' requirements-dev.lock) locked packages from requirements-dev.lock (under a minute)"
+	@if $(PYTHON) -m pip install -q --disable-pip-version-check --target $(VENV)/tools/uv-$(UV_VERSION) uv==$(UV_VERSION) >$(INSTALL_LOG) 2>&1 \
+	   && $(UV) pip install -q --python $(PY) --require-hashes --no-deps --compile-bytecode -r requirements-dev.lock >>$(INSTALL_LOG) 2>&1; then :; \
+	 else echo "uv could not install them ($$(tail -n 1 $(INSTALL_LOG) | cut -c1-160)); pip installs them (about two minutes)"; \
+	   $(PIP) install -q --require-hashes --no-deps -r requirements-dev.lock $(LOGGED); fi
 	@echo "checking the installed packages (pip check)"
 	@$(PIP) check $(LOGGED)
 	@touch $@
@@ -111,7 +118,7 @@ TEST_WORKERS ?= 3
 BYTECODE = $(PY) -m compileall -q -j 0 layers/steward/python
 test: $(STAMP) sandbox-tools browser-tools
 	@$(BYTECODE)
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) tools/check_lock.py
@@ -176,9 +183,11 @@ layer-check: layer
 	@$(PY) tools/check_layers.py build/layers
 
 # Context values for synth and deploy (CONTEXT='-c defaultModel=... -c runnerNetwork=public')
-# and the stack's name (STACK=...: a second stack in one account and region).
+# the stack's name (STACK=...: a second stack in one account and region), and for deploy the
+# stack's parameters (PARAMETERS='GitHubAppId=123456'; later deploys keep them).
 CONTEXT ?=
 STACK ?= Steward
+PARAMETERS ?=
 # Twice: environment-agnostic (no credentials), then as `cdk deploy` synthesizes it with an
 # account and a region (concrete ARNs, where a cdk-nag acknowledgment or a format_arn can
 # differ), into build/cdk.out.env.
@@ -198,7 +207,8 @@ CDK_DEPLOY_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JSII_RUNTIME_PACKAGE_CACHE_
 bootstrap: $(NODE_STAMP)
 	@$(CDK_DEPLOY_ENV) $(CDK) bootstrap --no-notices $(CONTEXT)
 deploy: layer-check $(NODE_STAMP)
-	@$(CDK_DEPLOY_ENV) $(CDK) deploy $(STACK) --no-notices -c stackName=$(STACK) $(CONTEXT)
+	@$(CDK_DEPLOY_ENV) $(CDK) deploy $(STACK) --no-notices -c stackName=$(STACK) $(CONTEXT) \
+	  $(foreach parameter,$(PARAMETERS),--parameters $(parameter))
 destroy: $(NODE_STAMP)
 	@$(CDK_DEPLOY_ENV) $(CDK) destroy $(STACK) --no-notices -c stackName=$(STACK) $(CONTEXT)
 

@@ -58,7 +58,7 @@ def test_the_packaged_playbook_refuses_an_item_it_has_no_play_for_and_charges_no
         message = refused.value.message
         assert "no play for this task in the packaged playbook (demo and smoke test)" in message
         assert "STEWARD_SCRIPTED_PLAYBOOK" in message
-        assert "real one" in message
+        assert "use a real model" in message
         assert len(message) <= 250  # whole in the task's reason (300 characters with its prefix)
     assert kit.spent(task) == (Decimal(0), Decimal(0))  # every reservation released
     # The demo's items still play.

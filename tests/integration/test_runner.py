@@ -553,7 +553,7 @@ def test_an_item_no_play_matches_fails_final_at_its_first_model_call_saying_what
     assert reason.startswith("the model cannot do this task: the scripted model has no play for this task")
     assert "playbook.json" in reason  # the playbook the stack plays, by its file name
     assert "STEWARD_SCRIPTED_PLAYBOOK" in reason
-    assert "set the plan's model to a real one (docs/getting-started/your-own-plan.md)" in reason
+    assert "or use a real model (docs/getting-started/your-own-plan.md)" in reason
     assert float(task["cost_usd"]) == 0  # the refused call was released, not charged
     assert task["failure"]["code"] == "model_cannot_answer"
     entries = harness(artifacts, task_id)

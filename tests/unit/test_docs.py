@@ -17,6 +17,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 GUARANTEES = yaml.safe_load((DOCS / "guarantees.yaml").read_text(encoding="utf-8"))
+PAGES = sorted([*DOCS.rglob("*.md"), ROOT / "README.md", ROOT / "CONTRIBUTING.md"])
 TEST_REF = re.compile(r"`((?:tests/[\w/]+/)?test_\w+\.py(?:::[\w\[\]\-.]+)?|tests/[\w/]+/)`")
 
 
@@ -81,24 +82,53 @@ def test_the_tests_a_guarantee_cites_are_the_ones_it_lists(entry: dict[str, obje
     assert cited == set(map(str, entry["tests"]))  # type: ignore[call-overload]
 
 
+TEST_NAMES = sorted(
+    {ref for page in PAGES for ref in TEST_REF.findall(page.read_text("utf-8")) if "::" in ref}
+)
+
+
+@pytest.mark.parametrize("ref", TEST_NAMES)
+def test_every_test_the_documentation_names_exists(ref: str) -> None:
+    """Decision records, concept pages and guides cite the tests that prove what they say."""
+    path, _, name = _resolve(ref).partition("::")
+    assert name.split("[")[0] in _tests_in(ROOT / path), f"{ref}: no such test"
+
+
 def test_the_non_guarantees_are_said_too() -> None:
     assert len(GUARANTEES["not_guaranteed"]) >= 10
 
 
-NAME = re.compile(r"`(steward(?:\.[a-z_]+)*):([A-Za-z_][A-Za-z0-9_.]*)`")
-NAMES = sorted(set(NAME.findall((DOCS / "where-things-live.md").read_text(encoding="utf-8"))))
+# A module (`steward.domain.reconcile`), or an object in one (`steward.domain.gates:check`,
+# `steward.domain.follow_ups.settlement`), as any page of the documentation names it.
+NAME = re.compile(r"`(steward(?:\.[A-Za-z_]+)+)(?::([A-Za-z_][A-Za-z0-9_.]*))?`")
+NAMES = sorted({"{}:{}".format(*found) for page in PAGES for found in NAME.findall(page.read_text("utf-8"))})
 
 
 def test_where_things_live_names_code() -> None:
-    assert len(NAMES) >= 30
+    named = NAME.findall((DOCS / "where-things-live.md").read_text(encoding="utf-8"))
+    assert len(set(named)) >= 30
 
 
-@pytest.mark.parametrize(("module", "attribute"), NAMES, ids=[f"{m}:{a}" for m, a in NAMES])
-def test_every_name_where_things_live_gives_exists(module: str, attribute: str) -> None:
-    found: object = importlib.import_module(module)
-    for part in attribute.split("."):
-        assert hasattr(found, part), f"{module}:{attribute} does not exist"
-        found = getattr(found, part)
+def _resolves(dotted: str, attribute: str) -> bool:
+    """The longest importable prefix of `dotted`, then the rest (and `attribute`) as attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in [*parts[cut:], *filter(None, attribute.split("."))]:
+            if not hasattr(found, part):
+                return False
+            found = getattr(found, part)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_code_name_the_documentation_gives_exists(name: str) -> None:
+    dotted, _, attribute = name.partition(":")
+    assert _resolves(dotted, attribute), f"{name.rstrip(':')} does not exist"
 
 
 def test_the_readme_is_short_and_every_link_in_it_resolves() -> None:

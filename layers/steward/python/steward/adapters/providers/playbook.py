@@ -99,8 +99,8 @@ def no_play(source: str) -> str:
     which = f"the playbook {Path(source).name}" if source else "the packaged playbook (demo and smoke test)"
     return (
         f"the scripted model has no play for this task in {which}. Write a playbook whose "
-        f"`match` is in the item's text and name it with {PLAYBOOK_ENV}, or set the plan's "
-        "model to a real one (docs/getting-started/your-own-plan.md)"
+        f"`match` is in the item's text, named by {PLAYBOOK_ENV}, or use a real model "
+        "(docs/getting-started/your-own-plan.md)"
     )
 
 
