@@ -492,9 +492,11 @@ class RepositoryClient:
         headers = self._api_headers(installation_id, repo)
 
         def call() -> int:
-            return self._gh.rest.issues.create_comment(
-                owner, name, number, body=body, headers=headers
-            ).parsed_data.id
+            return int(
+                self._gh.rest.issues.create_comment(
+                    owner, name, number, body=body, headers=headers
+                ).parsed_data.id
+            )
 
         return self._call(f"comment on #{number} of {repo}", call, repeatable=False)
 

@@ -460,6 +460,21 @@ class Harness:
         }
         self.checks.append(check)
         self.emit("check", check)
+        # The runtime's log says how each check ended, and a failed one's last lines: why a
+        # run went back to editing is then readable without its artifacts (the handlers redact).
+        _LOG.info(
+            "check %r (%s) %s: exit %s%s%s%s, %.1f s",
+            result.command,
+            stage,
+            "passed" if result.passed else "failed",
+            result.exit_code,
+            ", timed out" if result.timed_out else "",
+            ", output limit" if result.output_truncated else "",
+            ", write limit" if result.write_limit_exceeded else "",
+            result.duration_s,
+        )
+        if not result.passed:
+            _LOG.info("check %r output ends: %r", result.command, self._bounded(result.output[-600:], 600))
         return check
 
     # ---- helpers
