@@ -29,6 +29,7 @@ LOCKED := $(VENV)/.locked-$(shell cat $(LOCKS) | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
 UV_VERSION := 0.13.9
 UV := $(VENV)/tools/uv-$(UV_VERSION)/bin/uv
+FETCH_UV = $(PYTHON) -m pip install -q --disable-pip-version-check --target $(VENV)/tools/uv-$(UV_VERSION) uv==$(UV_VERSION)
 LOCK_ARGS ?=
 COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hashes \
 	--custom-compile-command 'make lock'
@@ -54,7 +55,7 @@ $(LOCKED):
 	@echo "creating the virtual environment $(VENV) ($$($(PYTHON) --version))"
 	@$(PYTHON) -m venv $(VENV)
 	@echo "installing $$(grep -c '^[A-Za-z0-9]' requirements-dev.lock) locked packages from requirements-dev.lock (under a minute)"
-	@if $(PYTHON) -m pip install -q --disable-pip-version-check --target $(VENV)/tools/uv-$(UV_VERSION) uv==$(UV_VERSION) >$(INSTALL_LOG) 2>&1 \
+	@if $(FETCH_UV) >$(INSTALL_LOG) 2>&1 \
 	   && $(UV) pip install -q --python $(PY) --require-hashes --no-deps --compile-bytecode -r requirements-dev.lock >>$(INSTALL_LOG) 2>&1; then :; \
 	 else echo "uv could not install them ($$(tail -n 1 $(INSTALL_LOG) | cut -c1-160)); pip installs them (about two minutes)"; \
 	   $(PIP) install -q --require-hashes --no-deps -r requirements-dev.lock $(LOGGED); fi
@@ -76,7 +77,7 @@ install: $(STAMP)
 $(UV):
 	@echo "fetching uv $(UV_VERSION) into $(VENV)/tools"
 	@mkdir -p $(VENV)
-	@$(PYTHON) -m pip install -q --disable-pip-version-check --target $(VENV)/tools/uv-$(UV_VERSION) uv==$(UV_VERSION) $(LOGGED)
+	@$(FETCH_UV) $(LOGGED)
 
 lock: $(UV)
 	$(BUILD_REQUIRES) | $(COMPILE) pyproject.toml - --extra dev $(LOCK_ARGS) -o requirements-dev.lock
@@ -143,7 +144,7 @@ screenshots: $(STAMP) sandbox-tools browser-tools
 	@$(BYTECODE)
 	STEWARD_DOCS_IMAGES=docs/images $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_console.py \
 	  -k "review_page_then_watch or lists_its_rounds or pause_and_resume"
-	$(VENV)/bin/steward demo > docs/images/demo.txt
+	$(VENV)/bin/steward demo > build/demo.txt && mv build/demo.txt docs/images/demo.txt
 
 # The deterministic simulation's long profile (tests/sim; `make test` runs its CI profile):
 # 2 workers x 2500 schedules of up to 50 steps. `make sim SEED=7` explores other schedules;

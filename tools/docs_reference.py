@@ -54,10 +54,12 @@ def _commands(parser: argparse.ArgumentParser, words: list[str]) -> Iterator[tup
                 yield from _commands(sub, [*words, name])
 
 
-def _argument_rows(parser: argparse.ArgumentParser, skip: set[str]) -> list[list[object]]:
+def _argument_rows(
+    parser: argparse.ArgumentParser, shown: Callable[[argparse.Action], bool]
+) -> list[list[object]]:
     rows: list[list[object]] = []
     for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction | argparse._HelpAction) or action.dest in skip:
+        if isinstance(action, argparse._SubParsersAction | argparse._HelpAction) or not shown(action):
             continue
         if action.option_strings:
             name = ", ".join(action.option_strings)
@@ -66,7 +68,7 @@ def _argument_rows(parser: argparse.ArgumentParser, skip: set[str]) -> list[list
         else:
             name = str(action.metavar or action.dest).upper()
         meaning = action.help or ""
-        if action.choices and not isinstance(action, argparse._SubParsersAction):
+        if action.choices:
             meaning += f" (one of: {', '.join(map(str, action.choices))})"
         if (
             action.option_strings
@@ -81,6 +83,7 @@ def _argument_rows(parser: argparse.ArgumentParser, skip: set[str]) -> list[list
 def cli_page() -> str:
     parser = cli.build_parser()
     globals_ = set(cli.GLOBAL_DEFAULTS)
+    commands = list(_commands(parser, []))
     out = [GENERATED.format(source="steward.cli:build_parser"), "# Command line\n"]
     out.append(
         f"{parser.description} Every command takes the global options below "
@@ -88,29 +91,19 @@ def cli_page() -> str:
         '(`{"error": {"code", "message", ...}}` on stdout, non-zero exit).\n'
     )
     out.append("## Global options\n")
-    first = next(sub for _, _, sub in _commands(parser, []) if set(globals_) & {a.dest for a in sub._actions})
-    rows = [
-        r
-        for r in _argument_rows(first, set())
-        if r[0].strip("`").split()[0] in _global_flags(first, globals_)
-    ]
-    out.append(_table(["option", "meaning"], [*rows, ["`--version`", "print the installed version"]]))
+    out.append(_table(["option", "meaning"], _argument_rows(parser, lambda _: True)))
     seen: set[int] = set()
-    for words, help_text, sub in _commands(parser, []):
+    for words, help_text, sub in commands:
         if id(sub) in seen:
             continue
         seen.add(id(sub))
         out.append(f"## steward {' '.join(words)}\n")
         if help_text:
             out.append(f"{help_text[0].upper()}{help_text[1:]}.\n")
-        rows = _argument_rows(sub, globals_)
+        rows = _argument_rows(sub, lambda a: a.dest not in globals_)
         if rows:
             out.append(_table(["argument", "meaning"], rows))
     return "\n".join(out)
-
-
-def _global_flags(parser: argparse.ArgumentParser, dests: set[str]) -> set[str]:
-    return {option for a in parser._actions if a.dest in dests for option in a.option_strings}
 
 
 # ---- settings and codes -----------------------------------------------------------------------
@@ -314,16 +307,16 @@ def wanted() -> dict[Path, str]:
 
 
 def main(argv: list[str]) -> int:
-    stale = [path for path, text in wanted().items() if not path.exists() or path.read_text("utf-8") != text]
-    if "--check" in argv:
-        for path in stale:
+    stale = {
+        path: text for path, text in wanted().items() if not path.exists() or path.read_text("utf-8") != text
+    }
+    for path, text in stale.items():
+        if "--check" in argv:
             print(f"{path.relative_to(ROOT)} is stale: run python tools/docs_reference.py", file=sys.stderr)
-        return 1 if stale else 0
-    for path, text in wanted().items():
-        if path in stale:
+        else:
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    return 1 if stale and "--check" in argv else 0
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 One adapter for every secret Steward keeps there (the GitHub App key, the webhook secret,
 provider API keys named by the price table): values are cached per execution environment
-for `MAX_AGE_SECONDS`, so a rotated secret is picked up within that bound without a read
-per request. Errors name the secret id and the error code, never a value.
+for `MAX_AGE_SECONDS`, so a reader that asks at each use (a provider's API key) picks up a
+rotated secret within that bound without a read per request. The App key and the webhook
+secret are read once, when `steward.wiring` builds a function's parts. Errors name the secret id and the error code, never a value.
 """
 
 from __future__ import annotations
